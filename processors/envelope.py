@@ -1,0 +1,95 @@
+"""The input envelope of the ordered/deduplicated topics, parsed and validated.
+
+Kafka key = the sequence key (UTF-8). Value = a JSON object with ``messageId``
+(non-empty string), ``seq`` (integer >= 1), ``type`` (string), optional
+``data`` (any JSON) and ``metadata`` (object); other fields are carried
+through unchanged because the original bytes are what we emit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+#: Largest accepted sequence number (sequences are stored as 8-byte integers).
+MAX_SEQ = 2**63 - 1
+
+
+class Reason:
+    """Dead-letter reasons (the ``seqkeeper.reason`` header)."""
+
+    MISSING_KEY = "missing-key"
+    INVALID_KEY = "invalid-key"
+    NULL_VALUE = "null-value"
+    INVALID_UTF8 = "invalid-utf8"
+    INVALID_JSON = "invalid-json"
+    NOT_AN_OBJECT = "not-an-object"
+    MISSING_FIELD = "missing-field"
+    INVALID_FIELD = "invalid-field"
+    SEQUENCE_CONFLICT = "sequence-conflict"
+
+
+class InvalidMessage(ValueError):
+    """A record that is not a valid envelope; ``reason`` is a :class:`Reason`."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+        self.detail = detail
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """A valid input message. ``value`` is the original bytes, emitted as is."""
+
+    key: str
+    message_id: str
+    seq: int
+    type: str
+    value: bytes
+
+
+def parse(key: bytes | None, value: bytes | None) -> Message:
+    """Validate a record; raise :class:`InvalidMessage` naming what is wrong."""
+    if key is None or key == b"":
+        raise InvalidMessage(Reason.MISSING_KEY, "the Kafka key (the sequence key) is empty")
+    try:
+        skey = key.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InvalidMessage(Reason.INVALID_KEY, f"the Kafka key is not UTF-8: {exc}") from None
+    if value is None:
+        raise InvalidMessage(Reason.NULL_VALUE, "the value is null (a tombstone); expected a JSON object")
+    try:
+        doc: Any = orjson.loads(value)
+    except orjson.JSONDecodeError as exc:
+        text = str(exc)
+        reason = Reason.INVALID_UTF8 if "utf-8" in text.lower() else Reason.INVALID_JSON
+        raise InvalidMessage(reason, f"the value is not valid JSON: {text}") from None
+    if not isinstance(doc, dict):
+        raise InvalidMessage(
+            Reason.NOT_AN_OBJECT, f"the value is a JSON {type(doc).__name__}; expected an object"
+        )
+    message_id = _required(doc, "messageId")
+    if not isinstance(message_id, str) or not message_id:
+        raise InvalidMessage(Reason.INVALID_FIELD, f"messageId must be a non-empty string, got {message_id!r}")
+    seq = _required(doc, "seq")
+    if isinstance(seq, bool) or not isinstance(seq, int) or not 1 <= seq <= MAX_SEQ:
+        raise InvalidMessage(
+            Reason.INVALID_FIELD, f"seq must be an integer from 1 to {MAX_SEQ}, got {seq!r}"
+        )
+    mtype = _required(doc, "type")
+    if not isinstance(mtype, str):
+        raise InvalidMessage(Reason.INVALID_FIELD, f"type must be a string, got {mtype!r}")
+    metadata = doc.get("metadata")
+    if metadata is not None and not isinstance(metadata, dict):
+        raise InvalidMessage(Reason.INVALID_FIELD, f"metadata must be an object, got {metadata!r}")
+    return Message(key=skey, message_id=message_id, seq=seq, type=mtype, value=value)
+
+
+def _required(doc: dict[str, Any], field: str) -> Any:
+    try:
+        return doc[field]
+    except KeyError:
+        raise InvalidMessage(Reason.MISSING_FIELD, f"required field {field!r} is missing") from None

@@ -1,0 +1,3 @@
+from seqkeeper.cli import main
+
+main()

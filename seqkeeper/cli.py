@@ -1,0 +1,96 @@
+"""The ``seqkeeper`` command line."""
+
+from __future__ import annotations
+
+import signal
+import time
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from seqkeeper.broker import EmbeddedBroker
+from seqkeeper.settings import Settings
+
+app = typer.Typer(
+    help="seqkeeper: ordered, deduplicated, trustworthy Kafka topics.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+
+BrokerOpt = Annotated[
+    Optional[str],
+    typer.Option("--broker", "-b", help="Kafka bootstrap servers [env KAFKA_BOOTSTRAP_SERVERS]; "
+                 "empty: start the embedded broker."),
+]
+
+
+@app.command()
+def broker(
+    port: Annotated[int, typer.Option(help="Port on 127.0.0.1; 0 picks a free one.")] = 0,
+) -> None:
+    """Run the embedded broker (Tansu, memory only) in the foreground."""
+    with EmbeddedBroker(port=port or None) as b:
+        typer.echo(f"embedded broker ready: KAFKA_BOOTSTRAP_SERVERS={b.bootstrap}")
+        typer.echo("Ctrl-C stops it (its data is in memory and is lost).")
+        stop = False
+
+        def _stop(*_: object) -> None:
+            nonlocal stop
+            stop = True
+
+        signal.signal(signal.SIGTERM, _stop)
+        try:
+            while not stop:
+                time.sleep(0.2)
+        except KeyboardInterrupt:
+            pass
+
+
+@app.command()
+def worker(
+    broker: BrokerOpt = None,
+    data_dir: Annotated[Optional[Path], typer.Option(help="RocksDB directory [env SEQKEEPER_DATA_DIR].")] = None,
+    web_port: Annotated[Optional[int], typer.Option(help="Web port; 0 = a free port [env SEQKEEPER_WEB_PORT].")] = None,
+    app_id: Annotated[Optional[str], typer.Option(help="Application id [env SEQKEEPER_APP_ID].")] = None,
+    partitions: Annotated[Optional[int], typer.Option(help="Topic partitions [env SEQKEEPER_PARTITIONS].")] = None,
+    input_topic: Annotated[Optional[str], typer.Option(help="[env SEQKEEPER_INPUT_TOPIC]")] = None,
+    ordered_topic: Annotated[Optional[str], typer.Option(help="[env SEQKEEPER_ORDERED_TOPIC]")] = None,
+    deduped_topic: Annotated[Optional[str], typer.Option(help="[env SEQKEEPER_DEDUPED_TOPIC]")] = None,
+    dlq_topic: Annotated[Optional[str], typer.Option(help="[env SEQKEEPER_DLQ_TOPIC]")] = None,
+    log_level: Annotated[Optional[str], typer.Option(help="[env SEQKEEPER_LOG_LEVEL]")] = None,
+) -> None:
+    """Run the long-running worker (Ctrl-C or SIGTERM stops it gracefully)."""
+    from seqkeeper.worker import run_worker
+
+    run_worker(Settings().with_overrides(
+        broker=broker, data_dir=data_dir, web_port=web_port, app_id=app_id,
+        partitions=partitions, input_topic=input_topic, ordered_topic=ordered_topic,
+        deduped_topic=deduped_topic, dlq_topic=dlq_topic, log_level=log_level,
+    ))
+
+
+@app.command()
+def demo(
+    broker: BrokerOpt = None,
+    messages: Annotated[int, typer.Option(help="Valid messages to publish.")] = 100_000,
+    keys: Annotated[int, typer.Option(help="Sequence keys.")] = 1_000,
+    duplicate_rate: Annotated[float, typer.Option(help="Share of messages delivered twice.")] = 0.05,
+    malformed: Annotated[int, typer.Option(help="Malformed records mixed in.")] = 24,
+    seed: Annotated[int, typer.Option(help="Workload random seed.")] = 7,
+    partitions: Annotated[Optional[int], typer.Option(help="Topic partitions.")] = None,
+    timeout: Annotated[float, typer.Option(help="Seconds to wait for the output.")] = 900.0,
+) -> None:
+    """The main job: publish a messy workload, run the worker, verify the output."""
+    from seqkeeper.demo import DemoOptions, run_demo
+
+    code = run_demo(
+        Settings().with_overrides(broker=broker, partitions=partitions),
+        DemoOptions(messages=messages, keys=keys, duplicate_rate=duplicate_rate,
+                    malformed=malformed, seed=seed, timeout=timeout),
+    )
+    raise typer.Exit(code)
+
+
+def main() -> None:
+    app()

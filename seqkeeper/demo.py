@@ -1,0 +1,169 @@
+"""The main job: broker, topics, worker, a messy workload, and a verification."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from aiokafka import AIOKafkaProducer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from seqkeeper.settings import Settings
+from seqkeeper.topics import create_topics, end_offsets_of, read_topic
+from seqkeeper.verify import Report, verify
+from seqkeeper.worker import broker_for
+from seqkeeper.workload import Workload, generate
+
+
+@dataclass
+class DemoOptions:
+    messages: int = 100_000
+    keys: int = 1_000
+    duplicate_rate: float = 0.05
+    malformed: int = 24
+    seed: int = 7
+    timeout: float = 600.0
+    quiet: bool = False
+
+
+def _progress(console: Console) -> Progress:
+    return Progress(
+        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+        TimeElapsedColumn(), console=console, transient=False, disable=console.quiet,
+    )
+
+
+async def publish(bootstrap: str, topic: str, workload: Workload, progress: Progress) -> None:
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5, acks="all")
+    await producer.start()
+    task = progress.add_task("publishing", total=len(workload.records))
+    try:
+        pending = []
+        for i, (key, value) in enumerate(workload.records, 1):
+            pending.append(await producer.send(topic, value, key=key))
+            if i % 5_000 == 0:
+                await asyncio.gather(*pending)
+                pending.clear()
+                progress.update(task, completed=i)
+        await asyncio.gather(*pending)
+        progress.update(task, completed=len(workload.records))
+    finally:
+        await producer.stop()
+
+
+async def wait_for_output(
+    settings: Settings, expected: int, progress: Progress, timeout: float, worker: subprocess.Popen[bytes]
+) -> None:
+    """Wait until the outputs hold ``expected`` records, or they stop growing."""
+    task = progress.add_task("output (ordered+deduped+dlq)", total=expected)
+    topics = [settings.ordered_topic, settings.deduped_topic, settings.dlq_topic]
+    deadline = time.monotonic() + timeout
+    last, last_change = -1, time.monotonic()
+    while time.monotonic() < deadline:
+        ends = await end_offsets_of(settings.broker, topics)
+        done = sum(ends.values())
+        progress.update(task, completed=min(done, expected))
+        if done >= expected:
+            return
+        if done != last:
+            last, last_change = done, time.monotonic()
+        elif time.monotonic() - last_change > 60:
+            return  # stalled: let the verification say what is missing
+        if worker.poll() is not None:
+            raise RuntimeError(f"the worker exited with code {worker.returncode}; see its log")
+        await asyncio.sleep(0.5)
+
+
+def start_worker(settings: Settings, log_path: Path) -> subprocess.Popen[bytes]:
+    cmd = [
+        sys.executable, "-m", "seqkeeper", "worker",
+        "--broker", settings.broker, "--data-dir", str(settings.data_dir),
+        "--app-id", settings.app_id, "--partitions", str(settings.partitions),
+    ]
+    log = open(log_path, "ab")  # noqa: SIM115 - handed to the child
+    return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+
+
+def stop_worker(proc: subprocess.Popen[bytes], timeout: float = 30.0) -> None:
+    if proc.poll() is not None:
+        return
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def summary(report: Report, elapsed: float) -> Table:
+    table = Table(title="seqkeeper demo: verification")
+    table.add_column("check")
+    table.add_column("count", justify="right")
+    table.add_column("result")
+    for name, value in [
+        ("input records", report.input_records),
+        ("valid messages", report.valid_messages),
+        ("redeliveries dropped", report.redeliveries),
+        ("ordered output", report.ordered_records),
+        ("deduped output", report.deduped_records),
+        ("dead-lettered", report.dead_lettered),
+    ]:
+        table.add_row(name, f"{value:,}", "")
+    for check in report.checks:
+        table.add_row(check.name, f"{check.count:,}",
+                      "[green]ok[/]" if check.ok else f"[red]FAIL[/] {check.detail}")
+    table.caption = f"{'PASSED' if report.ok else 'FAILED'} in {elapsed:.1f}s"
+    return table
+
+
+def run_demo(settings: Settings, options: DemoOptions) -> int:
+    """Run the demo; return the process exit code (0 only if verified)."""
+    console = Console(quiet=options.quiet)
+    started = time.monotonic()
+    workload = generate(options.messages, options.keys, options.duplicate_rate,
+                        options.malformed, seed=options.seed)
+    with broker_for(settings) as settings, tempfile.TemporaryDirectory(prefix="seqkeeper-demo-") as tmp:
+        if settings.data_dir == Settings().data_dir:
+            settings = settings.with_overrides(data_dir=Path(tmp) / "data")
+        log_path = Path(tmp) / "worker.log"
+        asyncio.run(create_topics(
+            settings.broker,
+            [settings.input_topic, settings.ordered_topic, settings.deduped_topic, settings.dlq_topic],
+            settings.partitions, settings.replication,
+        ))
+        worker = start_worker(settings, log_path)
+        try:
+            with _progress(console) as progress:
+                asyncio.run(publish(settings.broker, settings.input_topic, workload, progress))
+                expected = 2 * workload.messages + workload.malformed
+                asyncio.run(wait_for_output(settings, expected, progress, options.timeout, worker))
+            inputs, ordered, deduped, dlq = asyncio.run(_read_all(settings))
+        except BaseException:
+            if os.path.exists(log_path):
+                console.print(Path(log_path).read_text()[-4000:])
+            raise
+        finally:
+            stop_worker(worker)
+        report = verify(inputs, ordered, deduped, dlq)
+        console.print(summary(report, time.monotonic() - started))
+        if not report.ok:
+            console.print(Path(log_path).read_text()[-4000:])
+        return 0 if report.ok else 1
+
+
+async def _read_all(settings: Settings) -> tuple[list, list, list, list]:  # type: ignore[type-arg]
+    return (
+        await read_topic(settings.broker, settings.input_topic),
+        await read_topic(settings.broker, settings.ordered_topic),
+        await read_topic(settings.broker, settings.deduped_topic),
+        await read_topic(settings.broker, settings.dlq_topic),
+    )

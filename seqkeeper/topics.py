@@ -1,0 +1,124 @@
+"""Topic administration and whole-topic reads with exact end offsets."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.errors import TopicAlreadyExistsError
+
+from state.offsets import high_watermarks
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes], ...]
+    timestamp: int
+
+    def header(self, name: str) -> bytes | None:
+        for k, v in self.headers:
+            if k == name:
+                return v
+        return None
+
+
+async def create_topics(
+    bootstrap: str, names: Iterable[str], partitions: int, replication: int = 1
+) -> None:
+    """Create the topics that do not exist yet."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        existing = set(await admin.list_topics())
+        new = [NewTopic(n, partitions, replication) for n in names if n not in existing]
+        if new:
+            try:
+                await admin.create_topics(new)
+            except TopicAlreadyExistsError:
+                pass
+    finally:
+        await admin.close()
+
+
+class UnknownTopic(LookupError):
+    """The topic does not exist on the cluster."""
+
+
+async def topic_partitions(consumer: AIOKafkaConsumer, topic: str) -> list[TopicPartition]:
+    """The partitions of ``topic``; raise :class:`UnknownTopic` if it is missing."""
+    await consumer.topics()  # refreshes the cluster metadata
+    numbers = consumer.partitions_for_topic(topic)
+    if not numbers:
+        raise UnknownTopic(f"topic {topic!r} does not exist; create it or check its name")
+    return [TopicPartition(topic, p) for p in sorted(numbers)]
+
+
+async def end_offsets_of(bootstrap: str, topics: Iterable[str]) -> dict[TopicPartition, int]:
+    """Exact end offsets of every partition of ``topics``."""
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap, enable_auto_commit=False, fetch_max_wait_ms=20,
+        max_partition_fetch_bytes=1024,
+    )
+    await consumer.start()
+    try:
+        tps: list[TopicPartition] = []
+        for t in topics:
+            tps += await topic_partitions(consumer, t)
+        return await high_watermarks(consumer, tps)
+    finally:
+        await consumer.stop()
+
+
+async def read_topic(
+    bootstrap: str,
+    topic: str,
+    on_progress: Callable[[int], None] | None = None,
+) -> list[Record]:
+    """Every record of ``topic`` up to its exact end, partition by partition."""
+    ends = await end_offsets_of(bootstrap, [topic])
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap, enable_auto_commit=False, max_poll_records=10_000,
+        fetch_max_wait_ms=50,
+    )
+    await consumer.start()
+    records: list[Record] = []
+    try:
+        todo = {tp: end for tp, end in ends.items()}
+        if not todo:
+            return records
+        consumer.assign(list(todo))
+        begin = await consumer.beginning_offsets(list(todo))
+        for tp in list(todo):
+            if begin[tp] >= todo[tp]:
+                del todo[tp]
+            else:
+                consumer.seek(tp, begin[tp])
+        while todo:
+            batch = await consumer.getmany(*todo, timeout_ms=1000)
+            for tp, msgs in batch.items():
+                end = todo.get(tp)
+                if end is None:
+                    continue
+                for m in msgs:
+                    if m.offset >= end:
+                        break
+                    records.append(
+                        Record(m.topic, m.partition, m.offset, m.key, m.value,
+                               tuple(m.headers or ()), m.timestamp)
+                    )
+                if on_progress is not None:
+                    on_progress(len(records))
+                if await consumer.position(tp) >= end:
+                    del todo[tp]
+                    consumer.pause(tp)
+        return records
+    finally:
+        await consumer.stop()
+

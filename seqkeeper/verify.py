@@ -1,0 +1,161 @@
+"""Verify output topics against the input topic: nothing lost, nothing twice,
+per-key order kept, every rejected record dead-lettered with a reason.
+
+The expectation is derived from the input records alone (in partition order,
+which is the order the worker sees them), never from the workload generator,
+so the check stands on its own.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import orjson
+
+from processors.dead_letter import REASON
+from processors.envelope import InvalidMessage, parse
+from processors.resequencer import FIRST_SEQ
+from seqkeeper.topics import Record
+
+
+@dataclass
+class Check:
+    name: str
+    count: int
+    detail: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.count == 0
+
+
+@dataclass
+class Report:
+    input_records: int = 0
+    valid_messages: int = 0
+    redeliveries: int = 0
+    ordered_records: int = 0
+    deduped_records: int = 0
+    dead_lettered: int = 0
+    checks: list[Check] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return all(c.ok for c in self.checks)
+
+    def failures(self) -> list[Check]:
+        return [c for c in self.checks if not c.ok]
+
+
+def _examples(items: Iterable[object], n: int = 3) -> str:
+    shown = [repr(x) for _, x in zip(range(n), items)]
+    return ", ".join(shown)
+
+
+def _ident(record: Record) -> tuple[str, int] | None:
+    try:
+        doc = orjson.loads(record.value or b"")
+        return str(doc["messageId"]), int(doc["seq"])
+    except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+        return None
+
+
+def verify(
+    inputs: list[Record],
+    ordered: list[Record],
+    deduped: list[Record],
+    dlq: list[Record],
+) -> Report:
+    """Check the three output topics against the input topic."""
+    report = Report(
+        input_records=len(inputs),
+        ordered_records=len(ordered),
+        deduped_records=len(deduped),
+        dead_lettered=len(dlq),
+    )
+    # -- What the worker should have done, replayed in partition order.
+    accepted: dict[str, Record] = {}  # messageId -> first accepted record
+    owner: dict[tuple[str, int], str] = {}  # (key, seq) -> messageId
+    expected_dlq: Counter[tuple[bytes | None, bytes | None]] = Counter()
+    for rec in sorted(inputs, key=lambda r: (r.partition, r.offset)):
+        try:
+            msg = parse(rec.key, rec.value)
+        except InvalidMessage:
+            expected_dlq[(rec.key, rec.value)] += 1
+            continue
+        if msg.message_id in accepted:
+            report.redeliveries += 1
+            continue
+        if owner.get((msg.key, msg.seq), msg.message_id) != msg.message_id:
+            expected_dlq[(rec.key, rec.value)] += 1
+            continue
+        owner[(msg.key, msg.seq)] = msg.message_id
+        accepted[msg.message_id] = rec
+    report.valid_messages = len(accepted)
+    expected_seqs: dict[str, list[int]] = defaultdict(list)
+    for key, seq in owner:
+        expected_seqs[key].append(seq)
+    releasable: set[str] = set()
+    for key, seqs in expected_seqs.items():
+        seqs.sort()
+        nxt = FIRST_SEQ
+        for seq in seqs:
+            if seq != nxt:
+                break  # the rest waits behind a gap
+            releasable.add(owner[(key, seq)])
+            nxt += 1
+
+    # -- Ordered output.
+    checks = report.checks
+    first_bytes: dict[str, bytes | None] = {}
+    changed, unexpected, violations = [], [], []
+    repeats = 0
+    last_seq: dict[str, int] = {}
+    for rec in sorted(ordered, key=lambda r: (r.partition, r.offset)):
+        ident = _ident(rec)
+        if ident is None or ident[0] not in accepted:
+            unexpected.append(rec.offset)
+            continue
+        mid, seq = ident
+        if mid in first_bytes:
+            repeats += 1
+            if first_bytes[mid] != rec.value:
+                changed.append(mid)
+            continue
+        first_bytes[mid] = rec.value
+        if rec.value != accepted[mid].value or rec.key != accepted[mid].key:
+            changed.append(mid)
+        key = (rec.key or b"").decode("utf-8", "replace")
+        expected_next = last_seq.get(key, FIRST_SEQ - 1) + 1
+        if seq != expected_next:
+            violations.append((key, expected_next, seq))
+        last_seq[key] = max(seq, last_seq.get(key, 0))
+    lost = releasable - first_bytes.keys()
+    checks.append(Check("ordered: lost", len(lost), _examples(sorted(lost))))
+    checks.append(Check("ordered: out of order or gap", len(violations),
+                        _examples(f"{k} expected {e} got {s}" for k, e, s in violations)))
+    checks.append(Check("ordered: emitted twice", repeats))
+    checks.append(Check("ordered: bytes changed", len(changed), _examples(changed)))
+    checks.append(Check("ordered: not a valid input", len(unexpected), _examples(unexpected)))
+
+    # -- Deduplicated output.
+    seen = Counter(ident[0] for r in deduped if (ident := _ident(r)) is not None)
+    d_lost = accepted.keys() - seen.keys()
+    checks.append(Check("deduped: lost", len(d_lost), _examples(sorted(d_lost))))
+    checks.append(Check("deduped: emitted twice", sum(n - 1 for n in seen.values() if n > 1)))
+    checks.append(Check("deduped: not a valid input", len(seen.keys() - accepted.keys())
+                        + sum(1 for r in deduped if _ident(r) is None)))
+
+    # -- Dead letters.
+    got_dlq = Counter((r.key, r.value) for r in dlq)
+    missing = expected_dlq - got_dlq
+    extra = got_dlq - expected_dlq
+    checks.append(Check("dlq: rejected record missing", sum(missing.values()),
+                        _examples(missing)))
+    checks.append(Check("dlq: record that should not be there", sum(extra.values()),
+                        _examples(extra)))
+    checks.append(Check("dlq: without a reason header",
+                        sum(1 for r in dlq if not r.header(REASON))))
+    return report

@@ -1,0 +1,114 @@
+"""Exact partition end offsets, right on Apache Kafka and on the embedded broker.
+
+Why this module exists
+----------------------
+Kafka has two ways to learn where a partition ends: the ListOffsets request
+(``consumer.end_offsets()``) and the *high watermark* carried in every Fetch
+response. On Apache Kafka both agree. On the embedded broker (Tansu 0.6)
+ListOffsets(latest) answers with the **first offset of the partition's last
+record batch** when that batch holds more than one record, so it can be short
+by up to a batch. Faust's changelog recovery compares its persisted offset
+with that number and crashes (``ConsistencyError: persisted offset ... is
+higher than the last offset``); a reader that plans ``[earliest, end)``
+silently misses the tail.
+
+The fetch high watermark is right on both brokers, so we ask for it: seek a
+private, group-less consumer to one record before the reported end (so the
+fetch returns at once with data if the partition has any), fetch once, and
+read the high watermark of every partition from the response. On Apache
+Kafka the answer equals ``end_offsets()``; on Tansu it is the true end. The
+cost is one ListOffsets plus one Fetch round trip per call: we only use it
+where an exact end matters (recovery, verification, batch reads), never per
+message.
+
+``tests/integration/test_broker_deviations.py`` pins the deviation itself so
+that a broker that fixes it is noticed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
+
+class EndOffsetTimeout(RuntimeError):
+    """The broker did not report a high watermark in time."""
+
+
+async def high_watermarks(
+    consumer: AIOKafkaConsumer,
+    partitions: Iterable[TopicPartition],
+    timeout: float = 30.0,
+) -> dict[TopicPartition, int]:
+    """Exact end offsets (the next offset to be written) of ``partitions``.
+
+    ``consumer`` must be started, have no group and nothing assigned; this
+    function assigns ``partitions`` to it. Prefer :func:`end_offsets`, which
+    owns its consumer.
+    """
+    tps = list(dict.fromkeys(partitions))
+    if not tps:
+        return {}
+    consumer.assign(tps)
+    begin = await consumer.beginning_offsets(tps)
+    reported = await consumer.end_offsets(tps)
+    for tp in tps:
+        # One record before the reported end: a non-empty partition answers
+        # the fetch immediately, with records, instead of after fetch_max_wait.
+        consumer.seek(tp, max(begin[tp], reported[tp] - 1))
+    result: dict[TopicPartition, int] = {}
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while len(result) < len(tps):
+        remaining = deadline - loop.time()
+        if remaining <= 0:
+            missing = sorted(str(tp) for tp in tps if tp not in result)
+            raise EndOffsetTimeout(
+                f"no high watermark for {', '.join(missing)} within {timeout}s; "
+                "is the broker reachable and the partition led by a live broker?"
+            )
+        await consumer.getmany(*[tp for tp in tps if tp not in result],
+                               timeout_ms=int(min(remaining, 0.5) * 1000))
+        for tp in tps:
+            hw = consumer.highwater(tp)
+            if hw is not None and tp not in result:
+                # Never below what ListOffsets said: a high watermark can
+                # only be behind it on a stale replica, and then the larger
+                # value is the one that is true.
+                result[tp] = max(hw, reported[tp])
+    return result
+
+
+async def end_offsets(
+    bootstrap_servers: str | list[str],
+    partitions: Iterable[TopicPartition],
+    timeout: float = 30.0,
+    **consumer_kwargs: Any,
+) -> dict[TopicPartition, int]:
+    """Exact end offsets of ``partitions`` through a short-lived consumer."""
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap_servers,
+        enable_auto_commit=False,
+        fetch_max_wait_ms=20,
+        max_partition_fetch_bytes=1024,
+        **consumer_kwargs,
+    )
+    await consumer.start()
+    try:
+        return await high_watermarks(consumer, partitions, timeout)
+    finally:
+        await consumer.stop()
+
+
+def as_topic_partitions(topic: str, partitions: int | Iterable[int]) -> list[TopicPartition]:
+    """``TopicPartition`` objects for a topic's partitions (a count or numbers)."""
+    numbers = range(partitions) if isinstance(partitions, int) else partitions
+    return [TopicPartition(topic, p) for p in numbers]
+
+
+def lag(ends: Mapping[TopicPartition, int], positions: Mapping[TopicPartition, int]) -> int:
+    """Records between ``positions`` and ``ends`` over all partitions."""
+    return sum(max(0, end - positions.get(tp, 0)) for tp, end in ends.items())

@@ -1,0 +1,1 @@
+"""Faust apps that wire topics -> processors -> tables -> topics, and nothing more."""
