@@ -58,6 +58,7 @@ def worker(
     ordered_topic: Annotated[Optional[str], typer.Option(help="[env SEQKEEPER_ORDERED_TOPIC]")] = None,
     deduped_topic: Annotated[Optional[str], typer.Option(help="[env SEQKEEPER_DEDUPED_TOPIC]")] = None,
     dlq_topic: Annotated[Optional[str], typer.Option(help="[env SEQKEEPER_DLQ_TOPIC]")] = None,
+    session_timeout: Annotated[Optional[float], typer.Option(help="Seconds [env SEQKEEPER_SESSION_TIMEOUT].")] = None,
     log_level: Annotated[Optional[str], typer.Option(help="[env SEQKEEPER_LOG_LEVEL]")] = None,
 ) -> None:
     """Run the long-running worker (Ctrl-C or SIGTERM stops it gracefully)."""
@@ -67,6 +68,7 @@ def worker(
         broker=broker, data_dir=data_dir, web_port=web_port, app_id=app_id,
         partitions=partitions, input_topic=input_topic, ordered_topic=ordered_topic,
         deduped_topic=deduped_topic, dlq_topic=dlq_topic, log_level=log_level,
+        session_timeout=session_timeout,
     ))
 
 

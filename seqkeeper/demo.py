@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import os
-import signal
-import subprocess
-import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,8 +18,8 @@ from rich.table import Table
 from seqkeeper.settings import Settings
 from seqkeeper.topics import create_topics, end_offsets_of, read_topic
 from seqkeeper.verify import Report, verify
-from seqkeeper.worker import broker_for
-from seqkeeper.workload import Workload, generate
+from seqkeeper.worker import WorkerProcess, broker_for
+from seqkeeper.workload import generate
 
 
 @dataclass
@@ -42,26 +40,34 @@ def _progress(console: Console) -> Progress:
     )
 
 
-async def publish(bootstrap: str, topic: str, workload: Workload, progress: Progress) -> None:
+async def publish(
+    bootstrap: str,
+    topic: str,
+    records: Sequence[tuple[bytes | None, bytes | None]],
+    progress: Progress | None = None,
+) -> None:
+    """Produce ``records`` (key, value) in order, in pipelined batches."""
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5, acks="all")
     await producer.start()
-    task = progress.add_task("publishing", total=len(workload.records))
+    task = progress.add_task("publishing", total=len(records)) if progress else None
     try:
         pending = []
-        for i, (key, value) in enumerate(workload.records, 1):
+        for i, (key, value) in enumerate(records, 1):
             pending.append(await producer.send(topic, value, key=key))
             if i % 5_000 == 0:
                 await asyncio.gather(*pending)
                 pending.clear()
-                progress.update(task, completed=i)
+                if progress and task is not None:
+                    progress.update(task, completed=i)
         await asyncio.gather(*pending)
-        progress.update(task, completed=len(workload.records))
+        if progress and task is not None:
+            progress.update(task, completed=len(records))
     finally:
         await producer.stop()
 
 
 async def wait_for_output(
-    settings: Settings, expected: int, progress: Progress, timeout: float, worker: subprocess.Popen[bytes]
+    settings: Settings, expected: int, progress: Progress, timeout: float, worker: WorkerProcess
 ) -> None:
     """Wait until the outputs hold ``expected`` records, or they stop growing."""
     task = progress.add_task("output (ordered+deduped+dlq)", total=expected)
@@ -78,30 +84,8 @@ async def wait_for_output(
             last, last_change = done, time.monotonic()
         elif time.monotonic() - last_change > 60:
             return  # stalled: let the verification say what is missing
-        if worker.poll() is not None:
-            raise RuntimeError(f"the worker exited with code {worker.returncode}; see its log")
+        worker.check_alive()
         await asyncio.sleep(0.5)
-
-
-def start_worker(settings: Settings, log_path: Path) -> subprocess.Popen[bytes]:
-    cmd = [
-        sys.executable, "-m", "seqkeeper", "worker",
-        "--broker", settings.broker, "--data-dir", str(settings.data_dir),
-        "--app-id", settings.app_id, "--partitions", str(settings.partitions),
-    ]
-    log = open(log_path, "ab")  # noqa: SIM115 - handed to the child
-    return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
-
-
-def stop_worker(proc: subprocess.Popen[bytes], timeout: float = 30.0) -> None:
-    if proc.poll() is not None:
-        return
-    proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
 
 
 def summary(report: Report, elapsed: float) -> Table:
@@ -140,30 +124,42 @@ def run_demo(settings: Settings, options: DemoOptions) -> int:
             [settings.input_topic, settings.ordered_topic, settings.deduped_topic, settings.dlq_topic],
             settings.partitions, settings.replication,
         ))
-        worker = start_worker(settings, log_path)
+        worker = WorkerProcess(settings, log_path).start()
         try:
             with _progress(console) as progress:
-                asyncio.run(publish(settings.broker, settings.input_topic, workload, progress))
+                asyncio.run(publish(settings.broker, settings.input_topic, workload.records, progress))
                 expected = 2 * workload.messages + workload.malformed
                 asyncio.run(wait_for_output(settings, expected, progress, options.timeout, worker))
-            inputs, ordered, deduped, dlq = asyncio.run(_read_all(settings))
+            report = asyncio.run(verify_topics(settings))
         except BaseException:
             if os.path.exists(log_path):
                 console.print(Path(log_path).read_text()[-4000:])
             raise
         finally:
-            stop_worker(worker)
-        report = verify(inputs, ordered, deduped, dlq)
+            worker.stop()
         console.print(summary(report, time.monotonic() - started))
         if not report.ok:
             console.print(Path(log_path).read_text()[-4000:])
         return 0 if report.ok else 1
 
 
-async def _read_all(settings: Settings) -> tuple[list, list, list, list]:  # type: ignore[type-arg]
-    return (
+async def verify_topics(settings: Settings) -> Report:
+    """Read the input and output topics to their exact ends and verify them."""
+    return verify(
         await read_topic(settings.broker, settings.input_topic),
         await read_topic(settings.broker, settings.ordered_topic),
         await read_topic(settings.broker, settings.deduped_topic),
         await read_topic(settings.broker, settings.dlq_topic),
     )
+
+
+async def wait_until_verified(settings: Settings, timeout: float, worker: WorkerProcess | None = None) -> Report:
+    """Poll :func:`verify_topics` until it passes or ``timeout`` runs out."""
+    deadline = time.monotonic() + timeout
+    while True:
+        report = await verify_topics(settings)
+        if report.ok or time.monotonic() > deadline:
+            return report
+        if worker is not None:
+            worker.check_alive()
+        await asyncio.sleep(0.5)

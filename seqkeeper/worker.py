@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import contextlib
+import signal
+import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 from seqkeeper.broker import EmbeddedBroker, free_port
 from seqkeeper.settings import Settings
@@ -43,3 +46,68 @@ def run_worker(settings: Settings) -> None:
         except SystemExit as exc:
             if exc.code not in (0, None):
                 raise
+
+
+class WorkerDied(RuntimeError):
+    """The worker process exited while it was expected to run."""
+
+
+class WorkerProcess:
+    """``seqkeeper worker`` as a child process (demo, tests, chaos runs)."""
+
+    def __init__(self, settings: Settings, log_path: Path, log_level: str = "info") -> None:
+        self.settings = settings
+        self.log_path = log_path
+        self.log_level = log_level
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def command(self) -> list[str]:
+        s = self.settings
+        return [
+            sys.executable, "-m", "seqkeeper", "worker",
+            "--broker", s.broker, "--data-dir", str(s.data_dir), "--app-id", s.app_id,
+            "--partitions", str(s.partitions), "--input-topic", s.input_topic,
+            "--ordered-topic", s.ordered_topic, "--deduped-topic", s.deduped_topic,
+            "--dlq-topic", s.dlq_topic, "--web-port", str(s.web_port),
+            "--session-timeout", str(s.session_timeout), "--log-level", self.log_level,
+        ]
+
+    def start(self) -> WorkerProcess:
+        log = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child
+        try:
+            self.proc = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT)
+        finally:
+            log.close()
+        return self
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc else None
+
+    def check_alive(self) -> None:
+        if self.proc is not None and self.proc.poll() is not None:
+            raise WorkerDied(
+                f"the worker exited with code {self.proc.returncode}; log: {self.log_path}"
+            )
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def kill(self) -> None:
+        """``kill -9``: no shutdown code runs."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait()
+
+    def stop(self, timeout: float = 30.0) -> int | None:
+        """Graceful stop (SIGTERM), SIGKILL after ``timeout``; the exit code."""
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        return self.proc.returncode

@@ -17,6 +17,7 @@ there the last stable offset, not the high watermark, is the right bound.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Mapping
 from typing import Any, cast
 
@@ -27,6 +28,8 @@ from faust.types import TP
 from faust.types.transports import TransportT
 
 from state.offsets import end_offsets
+
+log = logging.getLogger("seqkeeper.recovery")
 
 
 class HighwaterConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
@@ -66,9 +69,34 @@ class App(faust.App):
         return HighwaterTransport(self.conf.broker_consumer, self)
 
 
+class ReplayCounter:
+    """Counts the changelog records a table replays during recovery and logs
+    the total after each recovery (``replayed N changelog records``), so a
+    restart on intact local state can be told from a rebuild."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.replayed = 0
+
+    async def on_changelog_event(self, event: Any) -> None:
+        self.replayed += 1
+
+    async def on_recover(self) -> None:
+        log.info("table %s: replayed %d changelog records", self.name, self.replayed)
+
+
 def raw_table(app: faust.App, name: str, partitions: int, **kwargs: Any) -> Any:
     """A changelogged table of raw bytes keys and values (codecs are ours)."""
-    table = app.Table(name, key_type=bytes, value_type=bytes, partitions=partitions, **kwargs)
+    counter = ReplayCounter(name)
+    table = app.Table(
+        name,
+        key_type=bytes,
+        value_type=bytes,
+        partitions=partitions,
+        on_changelog_event=counter.on_changelog_event,
+        on_recover=counter.on_recover,
+        **kwargs,
+    )
     # Faust derives a table's serializers from its types ("json" for bytes);
     # its store and changelog topic are created lazily, after this.
     table.key_serializer = table.value_serializer = "raw"

@@ -1,0 +1,64 @@
+"""Shared fixtures. The broker is real: ``KAFKA_BOOTSTRAP_SERVERS`` if set,
+else a testcontainers Kafka if a Docker engine answers, else the embedded
+broker (Tansu). Never a mock."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+
+from seqkeeper.broker import EmbeddedBroker
+
+
+@dataclass(frozen=True)
+class Broker:
+    bootstrap: str
+    kind: str  # "external", "testcontainers" or "embedded"
+    embedded: EmbeddedBroker | None = None
+
+    @property
+    def is_tansu(self) -> bool:
+        return self.kind == "embedded"
+
+
+def _docker_answers() -> bool:
+    try:
+        import docker  # type: ignore[import-untyped]
+
+        docker.from_env(timeout=3).ping()
+        return True
+    except Exception:
+        return False
+
+
+@pytest.fixture(scope="session")
+def broker() -> Iterator[Broker]:
+    external = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
+    if external:
+        yield Broker(external, "external")
+        return
+    if _docker_answers():
+        from testcontainers.kafka import KafkaContainer
+
+        with KafkaContainer("apache/kafka:4.1.0").with_kraft() as kafka:
+            yield Broker(kafka.get_bootstrap_server(), "testcontainers")
+        return
+    with EmbeddedBroker() as embedded:
+        yield Broker(embedded.bootstrap, "embedded", embedded)
+
+
+@pytest.fixture
+def names() -> Iterator[dict[str, str]]:
+    """Unique topic names and app id, so tests share one broker safely."""
+    tag = uuid.uuid4().hex[:8]
+    yield {
+        "app_id": f"app-{tag}",
+        "input_topic": f"in-{tag}",
+        "ordered_topic": f"ordered-{tag}",
+        "deduped_topic": f"deduped-{tag}",
+        "dlq_topic": f"dlq-{tag}",
+    }

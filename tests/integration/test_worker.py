@@ -1,0 +1,83 @@
+"""The worker against a real broker: output verified, restarts on intact
+local state (no changelog replay, no crash), and rebuilds from the changelog
+when its data directory is gone."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from seqkeeper.demo import publish, wait_until_verified
+from seqkeeper.settings import Settings
+from seqkeeper.topics import create_topics
+from seqkeeper.worker import WorkerProcess
+from seqkeeper.workload import generate
+
+pytestmark = pytest.mark.integration
+
+REPLAYED = re.compile(r"table (\S+): replayed (\d+) changelog records")
+
+
+def settings_for(broker, names: dict[str, str], tmp_path: Path) -> Settings:
+    s = Settings(broker=broker.bootstrap, data_dir=tmp_path / "data", partitions=3,
+                 session_timeout=6.0, **names)
+    asyncio.run(create_topics(s.broker, [s.input_topic, s.ordered_topic, s.deduped_topic,
+                                         s.dlq_topic], s.partitions))
+    return s
+
+
+def replayed(log: str) -> dict[str, int]:
+    """Changelog records replayed per table in the last recovery of ``log``."""
+    found: dict[str, int] = {}
+    for table, n in REPLAYED.findall(log):
+        found[table] = int(n)
+    return found
+
+
+def run_phase(settings: Settings, records, log_path: Path) -> tuple[WorkerProcess, str]:
+    asyncio.run(publish(settings.broker, settings.input_topic, records))
+    worker = WorkerProcess(settings, log_path).start()
+    try:
+        report = asyncio.run(wait_until_verified(settings, timeout=120, worker=worker))
+        assert report.ok, [(c.name, c.count, c.detail) for c in report.failures()]
+        assert report.ordered_records > 0
+    finally:
+        code = worker.stop()
+    assert code == 0, worker.log()[-3000:]
+    return worker, worker.log()
+
+
+@pytest.fixture
+def split_workload():
+    w = generate(messages=3000, keys=40, malformed=12, seed=11)
+    cut = int(len(w.records) * 0.6)
+    return w.records[:cut], w.records[cut:]
+
+
+def test_restart_on_existing_state_resumes_without_replay(broker, names, tmp_path, split_workload) -> None:
+    settings = settings_for(broker, names, tmp_path)
+    first, second = split_workload
+    run_phase(settings, first, tmp_path / "w1.log")
+    # The restart is where the embedded broker's short ListOffsets answer made
+    # Faust's recovery crash (ConsistencyError); the fetch high watermark fixes it.
+    _, log = run_phase(settings, second, tmp_path / "w2.log")
+    assert "ConsistencyError" not in log
+    counts = replayed(log)
+    assert set(counts) == {"seen-ids", "next-expected", "reorder-buffer"}, log[-3000:]
+    assert sum(counts.values()) == 0, counts
+
+
+def test_deleted_data_dir_is_rebuilt_from_changelog(broker, names, tmp_path, split_workload) -> None:
+    settings = settings_for(broker, names, tmp_path)
+    first, second = split_workload
+    run_phase(settings, first, tmp_path / "w1.log")
+    shutil.rmtree(settings.data_dir)
+    # Phase two holds redeliveries of phase-one messages and fills gaps that
+    # phase one left buffered: only rebuilt state passes the verification.
+    _, log = run_phase(settings, second, tmp_path / "w2.log")
+    counts = replayed(log)
+    assert counts["seen-ids"] > 0 and counts["next-expected"] > 0, counts

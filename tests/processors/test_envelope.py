@@ -1,0 +1,59 @@
+import orjson
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from processors.envelope import MAX_SEQ, InvalidMessage, Reason, parse
+
+
+def value(**fields: object) -> bytes:
+    base: dict[str, object] = {"messageId": "m1", "seq": 1, "type": "t"}
+    base.update(fields)
+    return orjson.dumps({k: v for k, v in base.items() if v is not ...})
+
+
+def test_valid_message_keeps_original_bytes() -> None:
+    raw = value(data={"a": [1, 2]}, metadata={"x": 1}, extra="kept")
+    msg = parse(b"k", raw)
+    assert (msg.key, msg.message_id, msg.seq, msg.type) == ("k", "m1", 1, "t")
+    assert msg.value is raw
+
+
+@pytest.mark.parametrize(
+    ("key", "raw", "reason"),
+    [
+        (None, value(), Reason.MISSING_KEY),
+        (b"", value(), Reason.MISSING_KEY),
+        (b"\xff", value(), Reason.INVALID_KEY),
+        (b"k", None, Reason.NULL_VALUE),
+        (b"k", b"{nope", Reason.INVALID_JSON),
+        (b"k", b'{"messageId": "\xff", "seq": 1, "type": "t"}', Reason.INVALID_UTF8),
+        (b"k", b"[1]", Reason.NOT_AN_OBJECT),
+        (b"k", value(messageId=...), Reason.MISSING_FIELD),
+        (b"k", value(seq=...), Reason.MISSING_FIELD),
+        (b"k", value(type=...), Reason.MISSING_FIELD),
+        (b"k", value(messageId=""), Reason.INVALID_FIELD),
+        (b"k", value(messageId=5), Reason.INVALID_FIELD),
+        (b"k", value(seq=0), Reason.INVALID_FIELD),
+        (b"k", value(seq=-1), Reason.INVALID_FIELD),
+        (b"k", value(seq=True), Reason.INVALID_FIELD),
+        (b"k", value(seq="3"), Reason.INVALID_FIELD),
+        (b"k", value(seq=1.0), Reason.INVALID_FIELD),
+        (b"k", value(seq=MAX_SEQ + 1), Reason.INVALID_FIELD),
+        (b"k", value(type=None), Reason.INVALID_FIELD),
+        (b"k", value(metadata=[1]), Reason.INVALID_FIELD),
+    ],
+)
+def test_invalid_records_name_their_reason(key: bytes | None, raw: bytes | None, reason: str) -> None:
+    with pytest.raises(InvalidMessage) as info:
+        parse(key, raw)
+    assert info.value.reason == reason
+    assert info.value.detail
+
+
+@given(st.binary(max_size=64))
+def test_parse_never_raises_anything_but_invalid_message(raw: bytes) -> None:
+    try:
+        parse(b"k", raw)
+    except InvalidMessage as exc:
+        assert exc.reason
