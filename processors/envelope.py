@@ -60,7 +60,9 @@ def parse(key: bytes | None, value: bytes | None) -> Message:
     except UnicodeDecodeError as exc:
         raise InvalidMessage(Reason.INVALID_KEY, f"the Kafka key is not UTF-8: {exc}") from None
     if value is None:
-        raise InvalidMessage(Reason.NULL_VALUE, "the value is null (a tombstone); expected a JSON object")
+        raise InvalidMessage(
+            Reason.NULL_VALUE, "the value is null (a tombstone); expected a JSON object"
+        )
     try:
         doc: Any = orjson.loads(value)
     except orjson.JSONDecodeError as exc:
@@ -73,7 +75,9 @@ def parse(key: bytes | None, value: bytes | None) -> Message:
         )
     message_id = _required(doc, "messageId")
     if not isinstance(message_id, str) or not message_id:
-        raise InvalidMessage(Reason.INVALID_FIELD, f"messageId must be a non-empty string, got {message_id!r}")
+        raise InvalidMessage(
+            Reason.INVALID_FIELD, f"messageId must be a non-empty string, got {message_id!r}"
+        )
     seq = _required(doc, "seq")
     if isinstance(seq, bool) or not isinstance(seq, int) or not 1 <= seq <= MAX_SEQ:
         raise InvalidMessage(

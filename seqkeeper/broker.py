@@ -13,9 +13,22 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 from types import TracebackType
+
+
+def die_with_parent() -> None:  # pragma: no cover - runs in the child
+    """Linux: SIGTERM the broker when its parent dies, even by SIGKILL, so no
+    broker outlives the process that started it."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
 
 
 class BrokerError(RuntimeError):
@@ -74,7 +87,12 @@ class EmbeddedBroker:
         # A new session: Ctrl-C in the terminal reaches only us, and we stop
         # the broker ourselves after the worker, so no record is cut off.
         self._proc = subprocess.Popen(
-            cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
+            cmd,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+            preexec_fn=die_with_parent if sys.platform.startswith("linux") else None,
         )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

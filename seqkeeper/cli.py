@@ -20,8 +20,12 @@ app = typer.Typer(
 
 BrokerOpt = Annotated[
     Optional[str],
-    typer.Option("--broker", "-b", help="Kafka bootstrap servers [env KAFKA_BOOTSTRAP_SERVERS]; "
-                 "empty: start the embedded broker."),
+    typer.Option(
+        "--broker",
+        "-b",
+        help="Kafka bootstrap servers [env KAFKA_BOOTSTRAP_SERVERS]; "
+        "empty: start the embedded broker.",
+    ),
 ]
 
 
@@ -50,26 +54,49 @@ def broker(
 @app.command()
 def worker(
     broker: BrokerOpt = None,
-    data_dir: Annotated[Optional[Path], typer.Option(help="RocksDB directory [env SEQKEEPER_DATA_DIR].")] = None,
-    web_port: Annotated[Optional[int], typer.Option(help="Web port; 0 = a free port [env SEQKEEPER_WEB_PORT].")] = None,
-    app_id: Annotated[Optional[str], typer.Option(help="Application id [env SEQKEEPER_APP_ID].")] = None,
-    partitions: Annotated[Optional[int], typer.Option(help="Topic partitions [env SEQKEEPER_PARTITIONS].")] = None,
+    data_dir: Annotated[
+        Optional[Path], typer.Option(help="RocksDB directory [env SEQKEEPER_DATA_DIR].")
+    ] = None,
+    web_port: Annotated[
+        Optional[int], typer.Option(help="Web port; 0 = a free port [env SEQKEEPER_WEB_PORT].")
+    ] = None,
+    app_id: Annotated[
+        Optional[str], typer.Option(help="Application id [env SEQKEEPER_APP_ID].")
+    ] = None,
+    partitions: Annotated[
+        Optional[int], typer.Option(help="Topic partitions [env SEQKEEPER_PARTITIONS].")
+    ] = None,
     input_topic: Annotated[Optional[str], typer.Option(help="[env SEQKEEPER_INPUT_TOPIC]")] = None,
-    ordered_topic: Annotated[Optional[str], typer.Option(help="[env SEQKEEPER_ORDERED_TOPIC]")] = None,
-    deduped_topic: Annotated[Optional[str], typer.Option(help="[env SEQKEEPER_DEDUPED_TOPIC]")] = None,
+    ordered_topic: Annotated[
+        Optional[str], typer.Option(help="[env SEQKEEPER_ORDERED_TOPIC]")
+    ] = None,
+    deduped_topic: Annotated[
+        Optional[str], typer.Option(help="[env SEQKEEPER_DEDUPED_TOPIC]")
+    ] = None,
     dlq_topic: Annotated[Optional[str], typer.Option(help="[env SEQKEEPER_DLQ_TOPIC]")] = None,
-    session_timeout: Annotated[Optional[float], typer.Option(help="Seconds [env SEQKEEPER_SESSION_TIMEOUT].")] = None,
+    session_timeout: Annotated[
+        Optional[float], typer.Option(help="Seconds [env SEQKEEPER_SESSION_TIMEOUT].")
+    ] = None,
     log_level: Annotated[Optional[str], typer.Option(help="[env SEQKEEPER_LOG_LEVEL]")] = None,
 ) -> None:
     """Run the long-running worker (Ctrl-C or SIGTERM stops it gracefully)."""
     from seqkeeper.worker import run_worker
 
-    run_worker(Settings().with_overrides(
-        broker=broker, data_dir=data_dir, web_port=web_port, app_id=app_id,
-        partitions=partitions, input_topic=input_topic, ordered_topic=ordered_topic,
-        deduped_topic=deduped_topic, dlq_topic=dlq_topic, log_level=log_level,
-        session_timeout=session_timeout,
-    ))
+    run_worker(
+        Settings().with_overrides(
+            broker=broker,
+            data_dir=data_dir,
+            web_port=web_port,
+            app_id=app_id,
+            partitions=partitions,
+            input_topic=input_topic,
+            ordered_topic=ordered_topic,
+            deduped_topic=deduped_topic,
+            dlq_topic=dlq_topic,
+            log_level=log_level,
+            session_timeout=session_timeout,
+        )
+    )
 
 
 @app.command()
@@ -77,7 +104,9 @@ def demo(
     broker: BrokerOpt = None,
     messages: Annotated[int, typer.Option(help="Valid messages to publish.")] = 100_000,
     keys: Annotated[int, typer.Option(help="Sequence keys.")] = 1_000,
-    duplicate_rate: Annotated[float, typer.Option(help="Share of messages delivered twice.")] = 0.05,
+    duplicate_rate: Annotated[
+        float, typer.Option(help="Share of messages delivered twice.")
+    ] = 0.05,
     malformed: Annotated[int, typer.Option(help="Malformed records mixed in.")] = 24,
     seed: Annotated[int, typer.Option(help="Workload random seed.")] = 7,
     partitions: Annotated[Optional[int], typer.Option(help="Topic partitions.")] = None,
@@ -88,11 +117,28 @@ def demo(
 
     code = run_demo(
         Settings().with_overrides(broker=broker, partitions=partitions),
-        DemoOptions(messages=messages, keys=keys, duplicate_rate=duplicate_rate,
-                    malformed=malformed, seed=seed, timeout=timeout),
+        DemoOptions(
+            messages=messages,
+            keys=keys,
+            duplicate_rate=duplicate_rate,
+            malformed=malformed,
+            seed=seed,
+            timeout=timeout,
+        ),
     )
     raise typer.Exit(code)
 
 
+def _graceful_sigterm() -> None:
+    """Turn SIGTERM into KeyboardInterrupt, so ``with`` blocks (the embedded
+    broker, temporary directories, child workers) clean up as on Ctrl-C."""
+
+    def handler(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, handler)
+
+
 def main() -> None:
+    _graceful_sigterm()
     app()

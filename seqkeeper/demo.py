@@ -35,8 +35,13 @@ class DemoOptions:
 
 def _progress(console: Console) -> Progress:
     return Progress(
-        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-        TimeElapsedColumn(), console=console, transient=False, disable=console.quiet,
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=False,
+        disable=console.quiet,
     )
 
 
@@ -103,8 +108,11 @@ def summary(report: Report, elapsed: float) -> Table:
     ]:
         table.add_row(name, f"{value:,}", "")
     for check in report.checks:
-        table.add_row(check.name, f"{check.count:,}",
-                      "[green]ok[/]" if check.ok else f"[red]FAIL[/] {check.detail}")
+        table.add_row(
+            check.name,
+            f"{check.count:,}",
+            "[green]ok[/]" if check.ok else f"[red]FAIL[/] {check.detail}",
+        )
     table.caption = f"{'PASSED' if report.ok else 'FAILED'} in {elapsed:.1f}s"
     return table
 
@@ -113,21 +121,35 @@ def run_demo(settings: Settings, options: DemoOptions) -> int:
     """Run the demo; return the process exit code (0 only if verified)."""
     console = Console(quiet=options.quiet)
     started = time.monotonic()
-    workload = generate(options.messages, options.keys, options.duplicate_rate,
-                        options.malformed, seed=options.seed)
-    with broker_for(settings) as settings, tempfile.TemporaryDirectory(prefix="seqkeeper-demo-") as tmp:
+    workload = generate(
+        options.messages, options.keys, options.duplicate_rate, options.malformed, seed=options.seed
+    )
+    with (
+        broker_for(settings) as settings,
+        tempfile.TemporaryDirectory(prefix="seqkeeper-demo-") as tmp,
+    ):
         if settings.data_dir == Settings().data_dir:
             settings = settings.with_overrides(data_dir=Path(tmp) / "data")
         log_path = Path(tmp) / "worker.log"
-        asyncio.run(create_topics(
-            settings.broker,
-            [settings.input_topic, settings.ordered_topic, settings.deduped_topic, settings.dlq_topic],
-            settings.partitions, settings.replication,
-        ))
+        asyncio.run(
+            create_topics(
+                settings.broker,
+                [
+                    settings.input_topic,
+                    settings.ordered_topic,
+                    settings.deduped_topic,
+                    settings.dlq_topic,
+                ],
+                settings.partitions,
+                settings.replication,
+            )
+        )
         worker = WorkerProcess(settings, log_path).start()
         try:
             with _progress(console) as progress:
-                asyncio.run(publish(settings.broker, settings.input_topic, workload.records, progress))
+                asyncio.run(
+                    publish(settings.broker, settings.input_topic, workload.records, progress)
+                )
                 expected = 2 * workload.messages + workload.malformed
                 asyncio.run(wait_for_output(settings, expected, progress, options.timeout, worker))
             report = asyncio.run(verify_topics(settings))
@@ -153,7 +175,9 @@ async def verify_topics(settings: Settings) -> Report:
     )
 
 
-async def wait_until_verified(settings: Settings, timeout: float, worker: WorkerProcess | None = None) -> Report:
+async def wait_until_verified(
+    settings: Settings, timeout: float, worker: WorkerProcess | None = None
+) -> Report:
     """Poll :func:`verify_topics` until it passes or ``timeout`` runs out."""
     deadline = time.monotonic() + timeout
     while True:

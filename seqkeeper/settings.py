@@ -48,6 +48,8 @@ class Settings:
     #: Web (health, later metrics) port; 0 picks a free port, so several
     #: workers can share a machine. Env ``SEQKEEPER_WEB_PORT``.
     web_port: int = field(default_factory=lambda: int(_env("SEQKEEPER_WEB_PORT", "0")))
+    #: Web bind address (``0.0.0.0`` in a container). Env ``SEQKEEPER_WEB_HOST``.
+    web_host: str = field(default_factory=lambda: _env("SEQKEEPER_WEB_HOST", "127.0.0.1"))
     #: Consumer group session timeout in seconds: how long a dead worker keeps
     #: its partitions. The embedded broker also waits half of it before it
     #: completes a group join. Env ``SEQKEEPER_SESSION_TIMEOUT``.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -39,10 +40,8 @@ async def create_topics(
         existing = set(await admin.list_topics())
         new = [NewTopic(n, partitions, replication) for n in names if n not in existing]
         if new:
-            try:
+            with contextlib.suppress(TopicAlreadyExistsError):  # a racing creator
                 await admin.create_topics(new)
-            except TopicAlreadyExistsError:
-                pass
     finally:
         await admin.close()
 
@@ -63,7 +62,9 @@ async def topic_partitions(consumer: AIOKafkaConsumer, topic: str) -> list[Topic
 async def end_offsets_of(bootstrap: str, topics: Iterable[str]) -> dict[TopicPartition, int]:
     """Exact end offsets of every partition of ``topics``."""
     consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap, enable_auto_commit=False, fetch_max_wait_ms=20,
+        bootstrap_servers=bootstrap,
+        enable_auto_commit=False,
+        fetch_max_wait_ms=20,
         max_partition_fetch_bytes=1024,
     )
     await consumer.start()
@@ -84,7 +85,9 @@ async def read_topic(
     """Every record of ``topic`` up to its exact end, partition by partition."""
     ends = await end_offsets_of(bootstrap, [topic])
     consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap, enable_auto_commit=False, max_poll_records=10_000,
+        bootstrap_servers=bootstrap,
+        enable_auto_commit=False,
+        max_poll_records=10_000,
         fetch_max_wait_ms=50,
     )
     await consumer.start()
@@ -110,8 +113,15 @@ async def read_topic(
                     if m.offset >= end:
                         break
                     records.append(
-                        Record(m.topic, m.partition, m.offset, m.key, m.value,
-                               tuple(m.headers or ()), m.timestamp)
+                        Record(
+                            m.topic,
+                            m.partition,
+                            m.offset,
+                            m.key,
+                            m.value,
+                            tuple(m.headers or ()),
+                            m.timestamp,
+                        )
                     )
                 if on_progress is not None:
                     on_progress(len(records))
@@ -121,4 +131,3 @@ async def read_topic(
         return records
     finally:
         await consumer.stop()
-

@@ -8,6 +8,7 @@ so the check stands on its own.
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter, defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -50,7 +51,7 @@ class Report:
 
 
 def _examples(items: Iterable[object], n: int = 3) -> str:
-    shown = [repr(x) for _, x in zip(range(n), items)]
+    shown = [repr(x) for x in itertools.islice(items, n)]
     return ", ".join(shown)
 
 
@@ -134,8 +135,13 @@ def verify(
         last_seq[key] = max(seq, last_seq.get(key, 0))
     lost = releasable - first_bytes.keys()
     checks.append(Check("ordered: lost", len(lost), _examples(sorted(lost))))
-    checks.append(Check("ordered: out of order or gap", len(violations),
-                        _examples(f"{k} expected {e} got {s}" for k, e, s in violations)))
+    checks.append(
+        Check(
+            "ordered: out of order or gap",
+            len(violations),
+            _examples(f"{k} expected {e} got {s}" for k, e, s in violations),
+        )
+    )
     checks.append(Check("ordered: emitted twice", repeats))
     checks.append(Check("ordered: bytes changed", len(changed), _examples(changed)))
     checks.append(Check("ordered: not a valid input", len(unexpected), _examples(unexpected)))
@@ -145,17 +151,22 @@ def verify(
     d_lost = accepted.keys() - seen.keys()
     checks.append(Check("deduped: lost", len(d_lost), _examples(sorted(d_lost))))
     checks.append(Check("deduped: emitted twice", sum(n - 1 for n in seen.values() if n > 1)))
-    checks.append(Check("deduped: not a valid input", len(seen.keys() - accepted.keys())
-                        + sum(1 for r in deduped if _ident(r) is None)))
+    checks.append(
+        Check(
+            "deduped: not a valid input",
+            len(seen.keys() - accepted.keys()) + sum(1 for r in deduped if _ident(r) is None),
+        )
+    )
 
     # -- Dead letters.
     got_dlq = Counter((r.key, r.value) for r in dlq)
     missing = expected_dlq - got_dlq
     extra = got_dlq - expected_dlq
-    checks.append(Check("dlq: rejected record missing", sum(missing.values()),
-                        _examples(missing)))
-    checks.append(Check("dlq: record that should not be there", sum(extra.values()),
-                        _examples(extra)))
-    checks.append(Check("dlq: without a reason header",
-                        sum(1 for r in dlq if not r.header(REASON))))
+    checks.append(Check("dlq: rejected record missing", sum(missing.values()), _examples(missing)))
+    checks.append(
+        Check("dlq: record that should not be there", sum(extra.values()), _examples(extra))
+    )
+    checks.append(
+        Check("dlq: without a reason header", sum(1 for r in dlq if not r.header(REASON)))
+    )
     return report

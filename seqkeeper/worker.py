@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import signal
 import subprocess
@@ -9,8 +10,9 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-from seqkeeper.broker import EmbeddedBroker, free_port
+from seqkeeper.broker import EmbeddedBroker, die_with_parent, free_port
 from seqkeeper.settings import Settings
+from seqkeeper.topics import create_topics
 
 
 @contextlib.contextmanager
@@ -34,10 +36,23 @@ def run_worker(settings: Settings) -> None:
         if settings.web_port == 0:
             settings = settings.with_overrides(web_port=free_port())
         settings.data_dir.mkdir(parents=True, exist_ok=True)
+        asyncio.run(
+            create_topics(
+                settings.broker,
+                [
+                    settings.input_topic,
+                    settings.ordered_topic,
+                    settings.deduped_topic,
+                    settings.dlq_topic,
+                ],
+                settings.partitions,
+                settings.replication,
+            )
+        )
         app = build_app(settings)
         print(
             f"seqkeeper worker: broker {settings.broker}, data {settings.data_dir}, "
-            f"web http://127.0.0.1:{settings.web_port}/",
+            f"web http://{settings.web_host}:{settings.web_port}/",
             flush=True,
         )
         worker = faust.Worker(app, loglevel=settings.log_level, quiet=True, stdout=sys.stdout)
@@ -64,18 +79,40 @@ class WorkerProcess:
     def command(self) -> list[str]:
         s = self.settings
         return [
-            sys.executable, "-m", "seqkeeper", "worker",
-            "--broker", s.broker, "--data-dir", str(s.data_dir), "--app-id", s.app_id,
-            "--partitions", str(s.partitions), "--input-topic", s.input_topic,
-            "--ordered-topic", s.ordered_topic, "--deduped-topic", s.deduped_topic,
-            "--dlq-topic", s.dlq_topic, "--web-port", str(s.web_port),
-            "--session-timeout", str(s.session_timeout), "--log-level", self.log_level,
+            sys.executable,
+            "-m",
+            "seqkeeper",
+            "worker",
+            "--broker",
+            s.broker,
+            "--data-dir",
+            str(s.data_dir),
+            "--app-id",
+            s.app_id,
+            "--partitions",
+            str(s.partitions),
+            "--input-topic",
+            s.input_topic,
+            "--ordered-topic",
+            s.ordered_topic,
+            "--deduped-topic",
+            s.deduped_topic,
+            "--dlq-topic",
+            s.dlq_topic,
+            "--web-port",
+            str(s.web_port),
+            "--session-timeout",
+            str(s.session_timeout),
+            "--log-level",
+            self.log_level,
         ]
 
     def start(self) -> WorkerProcess:
         log = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child
         try:
-            self.proc = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT)
+            self.proc = subprocess.Popen(
+                self.command(), stdout=log, stderr=subprocess.STDOUT, preexec_fn=die_with_parent
+            )
         finally:
             log.close()
         return self

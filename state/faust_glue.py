@@ -35,9 +35,9 @@ log = logging.getLogger("seqkeeper.recovery")
 class HighwaterConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
     """Faust's consumer thread, with exact partition ends (see module doc)."""
 
-    async def _highwaters(self, partitions: Iterable[TP]) -> Mapping[TP, int]:  # type: ignore[override]
+    async def _highwaters(self, partitions: Iterable[TP]) -> Mapping[TP, int]:
         if self.consumer.in_transaction:
-            return cast(Mapping[TP, int], await super()._highwaters(list(partitions)))
+            return await super()._highwaters(list(partitions))
         conf = self.app.conf
         transport = cast(faust_aiokafka.Transport, self.transport)
         auth = faust_aiokafka.credentials_to_aiokafka_auth(
@@ -88,7 +88,7 @@ class ReplayCounter:
 def raw_table(app: faust.App, name: str, partitions: int, **kwargs: Any) -> Any:
     """A changelogged table of raw bytes keys and values (codecs are ours)."""
     counter = ReplayCounter(name)
-    table = app.Table(
+    table: Any = app.Table(
         name,
         key_type=bytes,
         value_type=bytes,

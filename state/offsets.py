@@ -70,8 +70,9 @@ async def high_watermarks(
                 f"no high watermark for {', '.join(missing)} within {timeout}s; "
                 "is the broker reachable and the partition led by a live broker?"
             )
-        await consumer.getmany(*[tp for tp in tps if tp not in result],
-                               timeout_ms=int(min(remaining, 0.5) * 1000))
+        await consumer.getmany(
+            *[tp for tp in tps if tp not in result], timeout_ms=int(min(remaining, 0.5) * 1000)
+        )
         for tp in tps:
             hw = consumer.highwater(tp)
             if hw is not None and tp not in result:

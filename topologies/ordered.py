@@ -36,7 +36,7 @@ def build_app(settings: Settings) -> faust.App:
         store="rocksdb://",
         datadir=str(settings.data_dir),
         web_enabled=True,
-        web_host="127.0.0.1",
+        web_host=settings.web_host,
         web_port=settings.web_port,
         topic_partitions=settings.partitions,
         topic_replication_factor=settings.replication,

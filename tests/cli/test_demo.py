@@ -13,8 +13,13 @@ pytestmark = pytest.mark.integration
 
 
 def test_demo_passes_verification(broker, names, tmp_path: Path) -> None:
-    settings = Settings(broker=broker.bootstrap, data_dir=tmp_path / "data", partitions=2,
-                        session_timeout=6.0, **names)
+    settings = Settings(
+        broker=broker.bootstrap,
+        data_dir=tmp_path / "data",
+        partitions=2,
+        session_timeout=6.0,
+        **names,
+    )
     assert run_demo(settings, DemoOptions(messages=2000, keys=50, malformed=12, quiet=True)) == 0
 
 

@@ -26,14 +26,28 @@ def expected_outputs(inputs: list[Record]) -> tuple[list[Record], list[Record], 
         try:
             m = parse(rec.key, rec.value)
         except InvalidMessage as exc:
-            dlq.append(out("dlq", rec, rec.value, dead_letter_headers(exc.reason, exc.detail, "in", 0, rec.offset)))
+            dlq.append(
+                out(
+                    "dlq",
+                    rec,
+                    rec.value,
+                    dead_letter_headers(exc.reason, exc.detail, "in", 0, rec.offset),
+                )
+            )
             continue
         if m.message_id in seen:
             continue
         buf = bufs.setdefault(m.key, {})
         step = offer(nxt.get(m.key, 1), buf, m)
         if step.rejected:
-            dlq.append(out("dlq", rec, rec.value, dead_letter_headers(step.rejected.reason, "", "in", 0, rec.offset)))
+            dlq.append(
+                out(
+                    "dlq",
+                    rec,
+                    rec.value,
+                    dead_letter_headers(step.rejected.reason, "", "in", 0, rec.offset),
+                )
+            )
             continue
         seen.add(m.message_id)
         if step.buffer_put:
@@ -82,7 +96,8 @@ def test_swapped_order_fails(case) -> None:
 def test_duplicate_emission_fails(case) -> None:
     inputs, ordered, deduped, dlq = case
     assert "ordered: emitted twice" in failing(
-        verify(inputs, ordered + [replace(ordered[5], offset=len(ordered))], deduped, dlq))
+        verify(inputs, ordered + [replace(ordered[5], offset=len(ordered))], deduped, dlq)
+    )
     assert "deduped: emitted twice" in failing(verify(inputs, ordered, deduped + [deduped[0]], dlq))
 
 
@@ -97,6 +112,11 @@ def test_dead_letter_checks(case) -> None:
     inputs, ordered, deduped, dlq = case
     assert "dlq: rejected record missing" in failing(verify(inputs, ordered, deduped, dlq[1:]))
     assert "dlq: without a reason header" in failing(
-        verify(inputs, ordered, deduped, [replace(dlq[0], headers=())] + dlq[1:]))
-    wrongly = Record("dlq", 0, 99, ordered[0].key, ordered[0].value, (("seqkeeper.reason", b"x"),), 0)
-    assert "dlq: record that should not be there" in failing(verify(inputs, ordered, deduped, dlq + [wrongly]))
+        verify(inputs, ordered, deduped, [replace(dlq[0], headers=())] + dlq[1:])
+    )
+    wrongly = Record(
+        "dlq", 0, 99, ordered[0].key, ordered[0].value, (("seqkeeper.reason", b"x"),), 0
+    )
+    assert "dlq: record that should not be there" in failing(
+        verify(inputs, ordered, deduped, dlq + [wrongly])
+    )

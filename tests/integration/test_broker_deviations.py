@@ -25,7 +25,9 @@ async def _produce_batched(bootstrap: str, topic: str) -> None:
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=20)
     await producer.start()
     try:
-        futs = [await producer.send(topic, b"x" * 200, partition=i % PARTITIONS) for i in range(RECORDS)]
+        futs = [
+            await producer.send(topic, b"x" * 200, partition=i % PARTITIONS) for i in range(RECORDS)
+        ]
         await asyncio.gather(*futs)
     finally:
         await producer.stop()
@@ -85,8 +87,9 @@ def test_idempotent_producer_is_unsupported(broker) -> None:
         pytest.skip("Apache Kafka supports idempotent producers")
 
     async def go() -> None:
-        p = AIOKafkaProducer(bootstrap_servers=broker.bootstrap, enable_idempotence=True,
-                             request_timeout_ms=5000)
+        p = AIOKafkaProducer(
+            bootstrap_servers=broker.bootstrap, enable_idempotence=True, request_timeout_ms=5000
+        )
         try:
             await p.start()
             await asyncio.wait_for(p.send_and_wait(f"idem-{uuid.uuid4().hex[:6]}", b"x"), 10)

@@ -23,10 +23,18 @@ REPLAYED = re.compile(r"table (\S+): replayed (\d+) changelog records")
 
 
 def settings_for(broker, names: dict[str, str], tmp_path: Path) -> Settings:
-    s = Settings(broker=broker.bootstrap, data_dir=tmp_path / "data", partitions=3,
-                 session_timeout=6.0, **names)
-    asyncio.run(create_topics(s.broker, [s.input_topic, s.ordered_topic, s.deduped_topic,
-                                         s.dlq_topic], s.partitions))
+    s = Settings(
+        broker=broker.bootstrap,
+        data_dir=tmp_path / "data",
+        partitions=3,
+        session_timeout=6.0,
+        **names,
+    )
+    asyncio.run(
+        create_topics(
+            s.broker, [s.input_topic, s.ordered_topic, s.deduped_topic, s.dlq_topic], s.partitions
+        )
+    )
     return s
 
 
@@ -58,7 +66,9 @@ def split_workload():
     return w.records[:cut], w.records[cut:]
 
 
-def test_restart_on_existing_state_resumes_without_replay(broker, names, tmp_path, split_workload) -> None:
+def test_restart_on_existing_state_resumes_without_replay(
+    broker, names, tmp_path, split_workload
+) -> None:
     settings = settings_for(broker, names, tmp_path)
     first, second = split_workload
     run_phase(settings, first, tmp_path / "w1.log")
@@ -71,7 +81,9 @@ def test_restart_on_existing_state_resumes_without_replay(broker, names, tmp_pat
     assert sum(counts.values()) == 0, counts
 
 
-def test_deleted_data_dir_is_rebuilt_from_changelog(broker, names, tmp_path, split_workload) -> None:
+def test_deleted_data_dir_is_rebuilt_from_changelog(
+    broker, names, tmp_path, split_workload
+) -> None:
     settings = settings_for(broker, names, tmp_path)
     first, second = split_workload
     run_phase(settings, first, tmp_path / "w1.log")

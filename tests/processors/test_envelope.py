@@ -44,7 +44,9 @@ def test_valid_message_keeps_original_bytes() -> None:
         (b"k", value(metadata=[1]), Reason.INVALID_FIELD),
     ],
 )
-def test_invalid_records_name_their_reason(key: bytes | None, raw: bytes | None, reason: str) -> None:
+def test_invalid_records_name_their_reason(
+    key: bytes | None, raw: bytes | None, reason: str
+) -> None:
     with pytest.raises(InvalidMessage) as info:
         parse(key, raw)
     assert info.value.reason == reason

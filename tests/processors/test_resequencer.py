@@ -10,7 +10,9 @@ from processors.envelope import Message, Reason
 from processors.resequencer import FIRST_SEQ
 
 
-def run(messages: list[Message]) -> tuple[dict[str, list[int]], dict[str, dict[int, Message]], list[Message]]:
+def run(
+    messages: list[Message],
+) -> tuple[dict[str, list[int]], dict[str, dict[int, Message]], list[Message]]:
     """Drive the core like the shell does; return released, buffers, rejected."""
     next_expected: dict[str, int] = defaultdict(lambda: FIRST_SEQ)
     buffers: dict[str, dict[int, Message]] = defaultdict(dict)
@@ -55,7 +57,7 @@ def streams(draw: st.DrawFn) -> list[Message]:
 @given(streams())
 def test_released_in_order_once_and_everything_accounted_for(messages: list[Message]) -> None:
     released, buffers, rejected = run(messages)
-    for key, seqs in released.items():
+    for seqs in released.values():
         # strictly increasing and contiguous from the first sequence
         assert seqs == list(range(FIRST_SEQ, FIRST_SEQ + len(seqs)))
     accounted = (

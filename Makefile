@@ -1,0 +1,40 @@
+# The two set-up commands: `make demo` runs the main job end to end on the
+# embedded broker; `make test` runs the whole test suite. Each creates the
+# virtualenv and installs what it needs (Java 17 for PySpark too).
+
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV   ?= .venv
+BIN     = $(VENV)/bin
+STAMP   = $(VENV)/.installed
+
+.PHONY: demo test lint typecheck java clean
+
+$(STAMP): pyproject.toml
+	@command -v $(PYTHON) >/dev/null || { echo "need Python 3.11+ (python3.11 or python3)"; exit 1; }
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+# PySpark 4 needs Java 17+; install it from the system package manager when missing.
+java:
+	@command -v java >/dev/null || { \
+	  echo "installing openjdk-17-jre-headless (PySpark needs Java 17)"; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq openjdk-17-jre-headless; }
+
+demo: $(STAMP) java
+	$(BIN)/seqkeeper demo
+
+test: $(STAMP) java
+	$(BIN)/python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check processors state
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis seqkeeper-data
