@@ -37,17 +37,10 @@ def broker(
     with EmbeddedBroker(port=port or None) as b:
         typer.echo(f"embedded broker ready: KAFKA_BOOTSTRAP_SERVERS={b.bootstrap}")
         typer.echo("Ctrl-C stops it (its data is in memory and is lost).")
-        stop = False
-
-        def _stop(*_: object) -> None:
-            nonlocal stop
-            stop = True
-
-        signal.signal(signal.SIGTERM, _stop)
         try:
-            while not stop:
-                time.sleep(0.2)
-        except KeyboardInterrupt:
+            while True:
+                time.sleep(0.5)
+        except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (see _graceful_sigterm)
             pass
 
 

@@ -17,12 +17,15 @@ there the last stable offset, not the high watermark, is the right bound.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Iterable, Mapping
 from typing import Any, cast
 
 import faust
 from aiokafka import TopicPartition
+from faust.tables.manager import TableManager as FaustTableManager
+from faust.tables.recovery import Recovery
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TP
 from faust.types.transports import TransportT
@@ -62,8 +65,84 @@ class HighwaterTransport(faust_aiokafka.Transport):
     Consumer = HighwaterConsumer
 
 
+class SeekFirstRecovery(Recovery):
+    """Faust's table recovery, resuming the input partitions only after they
+    were sought to their committed offsets and the stream queues were cleared.
+
+    Faust 0.15.3 ends a recovery with (``Recovery.on_recovery_completed``):
+    ``resume_partitions(input) -> perform_seek() -> flow_control.resume() ->
+    resume_flow()``. The fetcher is already running then (it was reading the
+    changelogs), so between the first two steps it can fetch input records
+    and hand them to the stream queues, advancing Faust's read offset; the
+    ``flow_control.resume()`` that follows *clears those queues*. The records
+    are never processed, and Faust's gap tracking later treats the hole as
+    compacted offsets and commits past it: messages lost. We saw exactly this
+    (tests/integration/test_worker.py, rebuild from changelog: the first ~13
+    records of every input partition vanished).
+
+    The order here closes the window: seek the input partitions to their
+    committed offsets while they are still paused, clear the queues (nothing
+    of the input can be in them yet), and only then let the fetcher read the
+    input partitions. A crash anywhere in between is harmless: nothing was
+    processed, and the next assignment seeks to the committed offsets again.
+    """
+
+    async def on_recovery_completed(self, generation_id: int = 0) -> None:
+        consumer = self.app.consumer
+        self.log.info("Restore complete!")
+        await self.app.on_rebalance_complete.send()
+        self._set_recovery_ended()
+        callback_coros = [
+            asyncio.ensure_future(
+                table.on_recovery_completed(
+                    self.actives_for_table[table], self.standbys_for_table[table]
+                )
+            )
+            for table in self.tables.values()
+        ]
+        if callback_coros:
+            await asyncio.wait(callback_coros)
+        assignment = consumer.assignment()
+        if self.app.consumer_generation_id != generation_id:
+            self.log.warning(
+                "Recovery rebalancing again app id %s param %s",
+                self.app.consumer_generation_id,
+                generation_id,
+            )
+            return
+        if assignment:
+            self.log.info("Seek stream partitions to committed offsets.")
+            await self._wait(consumer.perform_seek(), timeout=self.app.conf.broker_request_timeout)
+        self.completed.set()
+        self.app.flow_control.resume()  # clears the stream queues: still empty
+        consumer.resume_partitions({tp for tp in assignment if not self._is_changelog_tp(tp)})
+        consumer.resume_flow()
+        # From here on as in Faust: make sure the fetcher runs, signal ready.
+        await cast(Any, self.app)._fetcher.maybe_start()
+        self.tables.on_actives_ready()
+        if not self.app.assignor.assigned_standbys():
+            self.tables.on_standbys_ready()
+        self.app.on_rebalance_end()
+        self.log.info("Worker ready")
+
+
+class TableManager(FaustTableManager):
+    """Faust's table manager with :class:`SeekFirstRecovery`."""
+
+    @property
+    def recovery(self) -> Recovery:
+        if self._recovery is None:
+            self._recovery = SeekFirstRecovery(self.app, self, beacon=self.beacon, loop=self.loop)
+        return self._recovery
+
+
 class App(faust.App):
-    """A ``faust.App`` using :class:`HighwaterTransport` for its consumer."""
+    """A ``faust.App`` with exact partition ends (:class:`HighwaterTransport`)
+    and a recovery that loses no input (:class:`SeekFirstRecovery`)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("TableManager", TableManager)
+        super().__init__(*args, **kwargs)
 
     def _new_transport(self) -> TransportT:
         return HighwaterTransport(self.conf.broker_consumer, self)
