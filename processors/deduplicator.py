@@ -1,31 +1,129 @@
-"""Idempotent Receiver: accept each messageId once per sequence key.
+"""Idempotent Receiver: accept each messageId once per sequence key, within a
+bounded memory of seen ids.
+
+Per key the seen ids form a FIFO (positions ``head .. tail-1`` of
+:class:`SeenWindow`): each accepted id is appended with the time it was
+accepted; the oldest are forgotten when the key remembers more than
+``Retention.max_per_key`` ids or when they are older than
+``Retention.max_age`` seconds (checked on every accept, a bounded number at a
+time, and by :func:`sweep` for keys that went quiet). Time is an argument,
+never read from a clock.
+
+What a forgotten id means: a redelivery that arrives after its id was
+forgotten is no longer recognised here. The Resequencer still never releases
+a sequence twice (it is below ``next_expected``), so such a copy is
+dead-lettered as a conflict or late arrival instead of emitted again; only
+the arrival-order (``deduped``) output would need the id itself.
 
 Invariants (checked by ``tests/processors/test_deduplicator.py``):
 
-* A messageId is accepted at most once per key, however often it arrives.
-* The first arrival of every messageId is accepted.
-* The decision depends only on the seen-ids state and the message, never on
-  the clock (the time is recorded, for retention, not consulted here).
+* While an id is remembered, every further copy is dropped.
+* The first arrival of every id is accepted.
+* A key never remembers more than ``max_per_key`` ids, and an accept forgets
+  at most ``EVICT_PER_ACCEPT`` ids because of age (bounded work per message).
 """
 
 from __future__ import annotations
 
-from collections.abc import Container
 from dataclasses import dataclass
+from typing import Protocol
 
 from processors.envelope import Message
+
+#: Age evictions done per accepted message (the rest is left to sweeps).
+EVICT_PER_ACCEPT = 2
+
+
+@dataclass(frozen=True, slots=True)
+class Retention:
+    #: Seconds an accepted id is remembered (default 7 days).
+    max_age: float = 7 * 24 * 3600.0
+    #: Ids remembered per key.
+    max_per_key: int = 100_000
+
+
+@dataclass(frozen=True, slots=True)
+class SeenWindow:
+    """FIFO positions of a key's remembered ids: ``head`` is the oldest,
+    ``tail`` the position the next accepted id gets."""
+
+    head: int = 0
+    tail: int = 0
+
+    @property
+    def size(self) -> int:
+        return self.tail - self.head
+
+
+class SeenLog(Protocol):
+    """Read access to one key's remembered ids."""
+
+    def __contains__(self, message_id: object, /) -> bool: ...
+
+    def at(self, position: int, /) -> tuple[str, float] | None:
+        """``(messageId, accepted_at)`` at a FIFO position, if remembered."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
 class DedupDecision:
-    """``accepted``: pass the message on and remember ``message_id`` at ``seen_at``."""
+    """``accepted``: pass the message on; persist ``window``, store
+    ``remember`` (position, id, time) and delete ``forget`` (position, id)."""
 
     accepted: bool
     message_id: str
-    seen_at: float
+    window: SeenWindow
+    remember: tuple[int, str, float] | None = None
+    forget: tuple[tuple[int, str], ...] = ()
 
 
-def offer(seen_ids: Container[str], message: Message, now: float) -> DedupDecision:
-    """Decide on ``message`` given the ids already accepted for its key."""
-    duplicate = message.message_id in seen_ids
-    return DedupDecision(accepted=not duplicate, message_id=message.message_id, seen_at=now)
+def offer(
+    seen: SeenLog,
+    window: SeenWindow,
+    message: Message,
+    now: float,
+    retention: Retention = Retention(),
+) -> DedupDecision:
+    """Decide on ``message`` given the ids remembered for its key."""
+    if message.message_id in seen:
+        return DedupDecision(False, message.message_id, window)
+    position = window.tail
+    head, tail = window.head, window.tail + 1
+    forget: list[tuple[int, str]] = []
+    while tail - head > retention.max_per_key:
+        entry = seen.at(head)
+        if entry is not None:
+            forget.append((head, entry[0]))
+        head += 1
+    aged = 0
+    while aged < EVICT_PER_ACCEPT and head < position:
+        entry = seen.at(head)
+        if entry is not None and entry[1] > now - retention.max_age:
+            break
+        if entry is not None:
+            forget.append((head, entry[0]))
+        head += 1
+        aged += 1
+    return DedupDecision(
+        True,
+        message.message_id,
+        SeenWindow(head, tail),
+        remember=(position, message.message_id, now),
+        forget=tuple(forget),
+    )
+
+
+def sweep(
+    seen: SeenLog, window: SeenWindow, now: float, retention: Retention, limit: int
+) -> tuple[SeenWindow, tuple[tuple[int, str], ...]]:
+    """Forget up to ``limit`` ids of a key that are past ``max_age``."""
+    head = window.head
+    forget: list[tuple[int, str]] = []
+    while head < window.tail and len(forget) < limit:
+        entry = seen.at(head)
+        if entry is not None and entry[1] > now - retention.max_age:
+            break
+        if entry is not None:
+            forget.append((head, entry[0]))
+        head += 1
+    return SeenWindow(head, window.tail), tuple(forget)

@@ -29,6 +29,8 @@ class Reason:
     MISSING_FIELD = "missing-field"
     INVALID_FIELD = "invalid-field"
     SEQUENCE_CONFLICT = "sequence-conflict"
+    LATE_ARRIVAL = "late-arrival"
+    BUFFER_OVERFLOW = "buffer-overflow"
 
 
 class InvalidMessage(ValueError):

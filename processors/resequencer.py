@@ -1,84 +1,321 @@
-"""Resequencer: release each key's messages in sequence order.
+"""Resequencer: release each key's messages in sequence order, with explicit
+policies for gaps, capacity and late arrivals.
 
-State per key: ``next_expected`` (the next sequence to release) and the
-``reorder_buffer`` (sequence -> message, for sequences above it). A message
-with ``seq == next_expected`` is released, then its contiguous successors are
-drained from the buffer; a message above it is buffered.
+State per key (:class:`KeyState`): ``next_expected`` (the next sequence to
+release), how many messages wait in the ``reorder_buffer``, since when the
+head gap has blocked them (``gap_since``), and the most recent sequence
+ranges given up (``skipped``). The buffer itself (sequence -> message) is
+read through :class:`BufferLookup` by exact sequence or by "first buffered
+sequence after", never as a whole.
+
+Rules:
+
+* ``seq == next_expected``: released, then contiguous successors are drained.
+* ``seq > next_expected``: buffered. When the buffer is full (per key or in
+  total) the overflow policy either skips the gap at once (``skip``) or
+  dead-letters the message (``dlq``).
+* Gap timeout: once the head gap has blocked buffered messages for
+  ``gap_timeout`` seconds, :func:`expire` gives up the missing range: a
+  ``seqkeeper.GapSkipped`` marker with ``{"from": a, "to": b}`` is emitted in
+  its place and the buffer drains.
+* ``seq < next_expected`` with a new messageId: a late arrival if the
+  sequence lies in a range given up (routed by the late policy: ``dlq``,
+  ``drop`` or ``late-topic``), otherwise a sequence conflict (dead letter:
+  the first message of a sequence wins). Ranges given up are remembered per
+  key up to ``remembered_skips``; older ones count as conflicts.
 
 Invariants (checked by ``tests/processors/test_resequencer.py``):
 
-* Per key, released sequences are strictly increasing and contiguous from the
-  first expected sequence: no sequence is released twice or out of order.
+* Per key, released sequences and skipped ranges together are strictly
+  increasing and contiguous from the key's first sequence: no sequence is
+  released twice, out of order, or both released and skipped.
 * Every offered message is accounted for exactly once: released (now or
-  later from the buffer), still buffered, or rejected with a reason.
-* Cost per offer is proportional to what it releases, never to buffer size:
-  the buffer is only read by exact sequence, and changes are returned as a
-  delta (puts and deletes) for the store to apply, not as a new buffer.
+  later), still buffered, or rejected with a reason and a route.
+* The buffer never holds more than the capacity allows.
+* Cost per call is proportional to what it releases, plus at most one
+  "first after" lookup; never to the buffer size. State changes come back as
+  a delta (puts, deletes, the new small key state), never as a new buffer.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Literal, Protocol
+
+import orjson
 
 from processors.envelope import Message, Reason
 
-#: The sequence a key starts at.
+#: The default first sequence of a key.
 FIRST_SEQ = 1
+#: ``type`` of the marker emitted in place of a skipped range.
+GAP_SKIPPED = "seqkeeper.GapSkipped"
+
+Route = Literal["dlq", "late", "drop"]
 
 
 class BufferLookup(Protocol):
-    """Read access to one key's reorder buffer (a ``dict`` will do)."""
+    """Read access to one key's reorder buffer."""
 
     def get(self, seq: int, /) -> Message | None: ...
+
+    def first_after(self, seq: int, /) -> int | None:
+        """The lowest buffered sequence greater than ``seq``, if any."""
+        ...
+
+
+class DictBuffer(dict[int, Message]):
+    """A :class:`BufferLookup` over a plain dict (tests, in-memory store)."""
+
+    def first_after(self, seq: int, /) -> int | None:
+        return min((s for s in self if s > seq), default=None)
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    """Resequencing policy; see the module docstring for the meaning."""
+
+    first_seq: Literal["one", "first-seen"] = "one"
+    gap_timeout: float = 5.0
+    max_buffered_per_key: int = 10_000
+    max_buffered_total: int = 1_000_000
+    overflow: Literal["skip", "dlq"] = "skip"
+    late: Literal["dlq", "drop", "late-topic"] = "dlq"
+    remembered_skips: int = 32
+
+
+@dataclass(frozen=True, slots=True)
+class KeyState:
+    """The small per-key record; the buffer entries are stored apart."""
+
+    next_expected: int | None = None
+    buffered: int = 0
+    gap_since: float | None = None
+    skipped: tuple[tuple[int, int], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class GapSkipped:
+    """The marker emitted in place of the given-up range ``first..last``."""
+
+    key: str
+    first: int
+    last: int
+
+    @property
+    def message_id(self) -> str:
+        # Deterministic: a marker re-emitted after a crash is byte-identical.
+        return f"seqkeeper.gap:{self.key}:{self.first}-{self.last}"
+
+    @property
+    def value(self) -> bytes:
+        return orjson.dumps(
+            {
+                "messageId": self.message_id,
+                "seq": self.first,
+                "type": GAP_SKIPPED,
+                "data": {"from": self.first, "to": self.last},
+            }
+        )
+
+
+Emission = Message | GapSkipped
 
 
 @dataclass(frozen=True, slots=True)
 class Rejection:
     reason: str
     detail: str
+    route: Route = "dlq"
 
 
 @dataclass(frozen=True, slots=True)
 class Step:
-    """The outcome of one offer: a delta to persist, and what to emit in order."""
+    """The outcome of one call: the new key state, buffer changes to persist,
+    and what to emit on the ordered topic, in order."""
 
-    next_expected: int
-    released: tuple[Message, ...] = ()
+    state: KeyState
+    emitted: tuple[Emission, ...] = ()
     buffer_put: Message | None = None
     buffer_deletes: tuple[int, ...] = field(default=())
     rejected: Rejection | None = None
 
+    @property
+    def released(self) -> tuple[Message, ...]:
+        return tuple(e for e in self.emitted if isinstance(e, Message))
 
-def offer(next_expected: int, reorder_buffer: BufferLookup, message: Message) -> Step:
-    """Offer a (deduplicated) message to its key's resequencer state."""
+    @property
+    def buffered_delta(self) -> int:
+        """Change of the number of buffered messages (for the total count)."""
+        return (1 if self.buffer_put is not None else 0) - len(self.buffer_deletes)
+
+
+def _start(state: KeyState, seq: int, policy: Policy) -> int:
+    if state.next_expected is not None:
+        return state.next_expected
+    return seq if policy.first_seq == "first-seen" else FIRST_SEQ
+
+
+def _remember(
+    skipped: tuple[tuple[int, int], ...], first: int, last: int, keep: int
+) -> tuple[tuple[int, int], ...]:
+    if skipped and skipped[-1][1] + 1 == first:  # adjacent: merge
+        merged = (*skipped[:-1], (skipped[-1][0], last))
+    else:
+        merged = (*skipped, (first, last))
+    return merged[-keep:] if keep > 0 else ()
+
+
+class _Run:
+    """Accumulates one call's emissions and buffer deletes."""
+
+    def __init__(self, key: str, buffer: BufferLookup, nxt: int, state: KeyState) -> None:
+        self.key = key
+        self.buffer = buffer
+        self.next = nxt
+        self.buffered = state.buffered
+        self.skipped = state.skipped
+        self.emitted: list[Emission] = []
+        self.deletes: list[int] = []
+
+    def release(self, message: Message) -> None:
+        self.emitted.append(message)
+        self.next = message.seq + 1
+
+    def drain(self) -> None:
+        while (held := self.buffer.get(self.next)) is not None:
+            self.deletes.append(held.seq)
+            self.buffered -= 1
+            self.release(held)
+
+    def skip_to(self, seq: int, policy: Policy) -> None:
+        """Give up ``next .. seq-1`` (emit the marker); ``seq`` is next."""
+        if seq > self.next:
+            self.emitted.append(GapSkipped(self.key, self.next, seq - 1))
+            self.skipped = _remember(self.skipped, self.next, seq - 1, policy.remembered_skips)
+            self.next = seq
+
+    def state(self, now: float, before: KeyState) -> KeyState:
+        if self.buffered == 0:
+            gap_since = None
+        elif before.buffered == 0 or self.emitted:
+            gap_since = now  # a new head gap starts blocking now
+        else:
+            gap_since = before.gap_since
+        return KeyState(self.next, self.buffered, gap_since, self.skipped)
+
+
+def offer(
+    state: KeyState,
+    buffer: BufferLookup,
+    message: Message,
+    now: float,
+    policy: Policy = Policy(),
+    total_buffered: int = 0,
+) -> Step:
+    """Offer a (deduplicated) message to its key's resequencer state.
+
+    ``total_buffered`` is the number of messages buffered over all keys the
+    caller owns, for the total capacity bound.
+    """
     seq = message.seq
-    if seq < next_expected:
-        return Step(
-            next_expected,
-            rejected=Rejection(
-                Reason.SEQUENCE_CONFLICT,
-                f"key {message.key!r} seq {seq} was already released under another "
-                f"messageId (next expected is {next_expected}); the first one wins",
-            ),
-        )
-    if seq > next_expected:
-        held = reorder_buffer.get(seq)
+    nxt = _start(state, seq, policy)
+    if seq < nxt:
+        return Step(state, rejected=_late_or_conflict(state, message, nxt, policy))
+    if seq > nxt:
+        held = buffer.get(seq)
         if held is not None:
             return Step(
-                next_expected,
+                state,
                 rejected=Rejection(
                     Reason.SEQUENCE_CONFLICT,
                     f"key {message.key!r} seq {seq} is already buffered as messageId "
                     f"{held.message_id!r}; the first one wins",
                 ),
             )
-        return Step(next_expected, buffer_put=message)
-    released = [message]
-    deletes: list[int] = []
-    nxt = seq + 1
-    while (held := reorder_buffer.get(nxt)) is not None:
-        released.append(held)
-        deletes.append(nxt)
-        nxt += 1
-    return Step(nxt, released=tuple(released), buffer_deletes=tuple(deletes))
+        full = (
+            state.buffered >= policy.max_buffered_per_key
+            or total_buffered >= policy.max_buffered_total
+        )
+        if not full:
+            run = _Run(message.key, buffer, nxt, state)
+            run.buffered += 1
+            return Step(run.state(now, state), buffer_put=message)
+        if policy.overflow == "dlq":
+            return Step(
+                state,
+                rejected=Rejection(
+                    Reason.BUFFER_OVERFLOW,
+                    f"key {message.key!r} seq {seq}: the reorder buffer is full "
+                    f"({state.buffered} buffered for this key, {total_buffered} in total; "
+                    f"limits {policy.max_buffered_per_key} and {policy.max_buffered_total}) "
+                    f"while waiting for seq {nxt}",
+                ),
+            )
+        # Overflow policy "skip": give up the head gap now, as a timeout would.
+        run = _Run(message.key, buffer, nxt, state)
+        lowest = buffer.first_after(nxt - 1)
+        if lowest is None or seq < lowest:
+            run.skip_to(seq, policy)
+            run.release(message)
+            run.drain()
+            return Step(
+                run.state(now, state), tuple(run.emitted), buffer_deletes=tuple(run.deletes)
+            )
+        run.skip_to(lowest, policy)
+        run.drain()
+        put: Message | None = None
+        if seq == run.next:
+            run.release(message)
+            run.drain()
+        else:
+            put = message
+            run.buffered += 1
+        return Step(run.state(now, state), tuple(run.emitted), put, tuple(run.deletes))
+    run = _Run(message.key, buffer, nxt, state)
+    run.release(message)
+    run.drain()
+    return Step(run.state(now, state), tuple(run.emitted), buffer_deletes=tuple(run.deletes))
+
+
+def gap_deadline(state: KeyState, policy: Policy) -> float | None:
+    """When :func:`expire` will act on this key, or ``None`` if nothing waits."""
+    if state.buffered == 0 or state.gap_since is None:
+        return None
+    return state.gap_since + policy.gap_timeout
+
+
+def expire(
+    key: str, state: KeyState, buffer: BufferLookup, now: float, policy: Policy = Policy()
+) -> Step:
+    """Apply the gap timeout: skip the head gap if it has blocked too long."""
+    deadline = gap_deadline(state, policy)
+    if deadline is None or now < deadline or state.next_expected is None:
+        return Step(state)
+    lowest = buffer.first_after(state.next_expected - 1)
+    run = _Run(key, buffer, state.next_expected, state)
+    if lowest is None:  # the count said otherwise: trust the buffer
+        run.buffered = 0
+        return Step(run.state(now, state))
+    run.skip_to(lowest, policy)
+    run.drain()
+    return Step(run.state(now, state), tuple(run.emitted), buffer_deletes=tuple(run.deletes))
+
+
+def _late_or_conflict(state: KeyState, message: Message, nxt: int, policy: Policy) -> Rejection:
+    seq = message.seq
+    for first, last in state.skipped:
+        if first <= seq <= last:
+            routes: dict[str, Route] = {"dlq": "dlq", "drop": "drop", "late-topic": "late"}
+            route = routes[policy.late]
+            return Rejection(
+                Reason.LATE_ARRIVAL,
+                f"key {message.key!r} seq {seq} arrived after the range {first}..{last} "
+                f"was given up (next expected is {nxt})",
+                route,
+            )
+    return Rejection(
+        Reason.SEQUENCE_CONFLICT,
+        f"key {message.key!r} seq {seq} was already released under another "
+        f"messageId (next expected is {nxt}); the first one wins",
+    )

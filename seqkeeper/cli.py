@@ -104,12 +104,18 @@ def demo(
     seed: Annotated[int, typer.Option(help="Workload random seed.")] = 7,
     partitions: Annotated[Optional[int], typer.Option(help="Topic partitions.")] = None,
     timeout: Annotated[float, typer.Option(help="Seconds to wait for the output.")] = 900.0,
+    gap_timeout: Annotated[
+        float,
+        typer.Option(
+            help="Worker gap timeout in seconds (long: the workload has no lost messages)."
+        ),
+    ] = 120.0,
 ) -> None:
     """The main job: publish a messy workload, run the worker, verify the output."""
     from seqkeeper.demo import DemoOptions, run_demo
 
     code = run_demo(
-        Settings().with_overrides(broker=broker, partitions=partitions),
+        Settings().with_overrides(broker=broker, partitions=partitions, gap_timeout=gap_timeout),
         DemoOptions(
             messages=messages,
             keys=keys,

@@ -133,15 +133,7 @@ def run_demo(settings: Settings, options: DemoOptions) -> int:
         log_path = Path(tmp) / "worker.log"
         asyncio.run(
             create_topics(
-                settings.broker,
-                [
-                    settings.input_topic,
-                    settings.ordered_topic,
-                    settings.deduped_topic,
-                    settings.dlq_topic,
-                ],
-                settings.partitions,
-                settings.replication,
+                settings.broker, settings.topics(), settings.partitions, settings.replication
             )
         )
         worker = WorkerProcess(settings, log_path).start()

@@ -11,6 +11,9 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from processors.deduplicator import Retention
+from processors.resequencer import Policy
+
 
 def _env(name: str, default: str) -> str:
     return os.environ.get(name, default)
@@ -58,6 +61,89 @@ class Settings:
     )
     #: Log level of the worker. Env ``SEQKEEPER_LOG_LEVEL``.
     log_level: str = field(default_factory=lambda: _env("SEQKEEPER_LOG_LEVEL", "warning"))
+
+    #: Topic for late arrivals when ``late_policy`` is ``late-topic``.
+    #: Env ``SEQKEEPER_LATE_TOPIC``.
+    late_topic: str = field(default_factory=lambda: _env("SEQKEEPER_LATE_TOPIC", "events.late"))
+    #: First sequence of a key: ``one`` (1) or ``first-seen`` (the first
+    #: sequence the worker sees for the key). Env ``SEQKEEPER_FIRST_SEQ``.
+    first_seq: str = field(default_factory=lambda: _env("SEQKEEPER_FIRST_SEQ", "one"))
+    #: Seconds a gap may block buffered messages before it is given up (a
+    #: GapSkipped marker is emitted). Env ``SEQKEEPER_GAP_TIMEOUT``.
+    gap_timeout: float = field(default_factory=lambda: float(_env("SEQKEEPER_GAP_TIMEOUT", "5")))
+    #: Buffered messages per key. Env ``SEQKEEPER_MAX_BUFFERED_PER_KEY``.
+    max_buffered_per_key: int = field(
+        default_factory=lambda: int(_env("SEQKEEPER_MAX_BUFFERED_PER_KEY", "10000"))
+    )
+    #: Buffered messages over all keys of a worker. Env ``SEQKEEPER_MAX_BUFFERED``.
+    max_buffered_total: int = field(
+        default_factory=lambda: int(_env("SEQKEEPER_MAX_BUFFERED", "1000000"))
+    )
+    #: On a full buffer: ``skip`` the gap early, or ``dlq`` the message.
+    #: Env ``SEQKEEPER_OVERFLOW_POLICY``.
+    overflow_policy: str = field(default_factory=lambda: _env("SEQKEEPER_OVERFLOW_POLICY", "skip"))
+    #: A late arrival (its sequence was given up): ``dlq``, ``drop`` or
+    #: ``late-topic``. Env ``SEQKEEPER_LATE_POLICY``.
+    late_policy: str = field(default_factory=lambda: _env("SEQKEEPER_LATE_POLICY", "dlq"))
+    #: Seconds a seen messageId is remembered (default 7 days).
+    #: Env ``SEQKEEPER_SEEN_MAX_AGE``.
+    seen_max_age: float = field(
+        default_factory=lambda: float(_env("SEQKEEPER_SEEN_MAX_AGE", str(7 * 24 * 3600)))
+    )
+    #: Seen messageIds remembered per key. Env ``SEQKEEPER_SEEN_MAX_PER_KEY``.
+    seen_max_per_key: int = field(
+        default_factory=lambda: int(_env("SEQKEEPER_SEEN_MAX_PER_KEY", "100000"))
+    )
+    #: Seconds between gap-timeout checks. Env ``SEQKEEPER_TIMER_INTERVAL``.
+    timer_interval: float = field(
+        default_factory=lambda: float(_env("SEQKEEPER_TIMER_INTERVAL", "0.5"))
+    )
+
+    def resequencer_policy(self) -> Policy:
+        if self.first_seq not in ("one", "first-seen"):
+            raise ValueError(f"first_seq must be 'one' or 'first-seen', got {self.first_seq!r}")
+        if self.overflow_policy not in ("skip", "dlq"):
+            raise ValueError(
+                f"overflow policy must be 'skip' or 'dlq', got {self.overflow_policy!r}"
+            )
+        if self.late_policy not in ("dlq", "drop", "late-topic"):
+            raise ValueError(
+                f"late policy must be 'dlq', 'drop' or 'late-topic', got {self.late_policy!r}"
+            )
+        return Policy(
+            first_seq=self.first_seq,  # type: ignore[arg-type]
+            gap_timeout=self.gap_timeout,
+            max_buffered_per_key=self.max_buffered_per_key,
+            max_buffered_total=self.max_buffered_total,
+            overflow=self.overflow_policy,  # type: ignore[arg-type]
+            late=self.late_policy,  # type: ignore[arg-type]
+        )
+
+    def retention(self) -> Retention:
+        return Retention(max_age=self.seen_max_age, max_per_key=self.seen_max_per_key)
+
+    def topics(self) -> list[str]:
+        """Every topic the worker reads or writes (created when missing)."""
+        return [
+            self.input_topic,
+            self.ordered_topic,
+            self.deduped_topic,
+            self.dlq_topic,
+            self.late_topic,
+        ]
+
+    def to_env(self) -> dict[str, str]:
+        """These settings as the environment variables that set them."""
+        names = {
+            "broker": "KAFKA_BOOTSTRAP_SERVERS",
+            "max_buffered_total": "SEQKEEPER_MAX_BUFFERED",
+            "dlq_topic": "SEQKEEPER_DLQ_TOPIC",
+            "replication": "SEQKEEPER_REPLICATION",
+        }
+        return {
+            names.get(f.name, f"SEQKEEPER_{f.name.upper()}"): str(getattr(self, f.name))
+            for f in fields(self)
+        }
 
     def with_overrides(self, **overrides: Any) -> Settings:
         """A copy with the given non-``None`` fields replaced (CLI flags)."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import signal
 import subprocess
 import sys
@@ -38,15 +39,7 @@ def run_worker(settings: Settings) -> None:
         settings.data_dir.mkdir(parents=True, exist_ok=True)
         asyncio.run(
             create_topics(
-                settings.broker,
-                [
-                    settings.input_topic,
-                    settings.ordered_topic,
-                    settings.deduped_topic,
-                    settings.dlq_topic,
-                ],
-                settings.partitions,
-                settings.replication,
+                settings.broker, settings.topics(), settings.partitions, settings.replication
             )
         )
         app = build_app(settings)
@@ -77,41 +70,21 @@ class WorkerProcess:
         self.proc: subprocess.Popen[bytes] | None = None
 
     def command(self) -> list[str]:
-        s = self.settings
-        return [
-            sys.executable,
-            "-m",
-            "seqkeeper",
-            "worker",
-            "--broker",
-            s.broker,
-            "--data-dir",
-            str(s.data_dir),
-            "--app-id",
-            s.app_id,
-            "--partitions",
-            str(s.partitions),
-            "--input-topic",
-            s.input_topic,
-            "--ordered-topic",
-            s.ordered_topic,
-            "--deduped-topic",
-            s.deduped_topic,
-            "--dlq-topic",
-            s.dlq_topic,
-            "--web-port",
-            str(s.web_port),
-            "--session-timeout",
-            str(s.session_timeout),
-            "--log-level",
-            self.log_level,
-        ]
+        return [sys.executable, "-m", "seqkeeper", "worker", "--log-level", self.log_level]
+
+    def environment(self) -> dict[str, str]:
+        """The child's environment: every setting as its variable."""
+        return {**os.environ, **self.settings.to_env()}
 
     def start(self) -> WorkerProcess:
         log = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child
         try:
             self.proc = subprocess.Popen(
-                self.command(), stdout=log, stderr=subprocess.STDOUT, preexec_fn=die_with_parent
+                self.command(),
+                env=self.environment(),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                preexec_fn=die_with_parent,
             )
         finally:
             log.close()

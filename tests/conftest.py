@@ -61,4 +61,5 @@ def names() -> Iterator[dict[str, str]]:
         "ordered_topic": f"ordered-{tag}",
         "deduped_topic": f"deduped-{tag}",
         "dlq_topic": f"dlq-{tag}",
+        "late_topic": f"late-{tag}",
     }

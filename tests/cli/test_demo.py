@@ -18,6 +18,7 @@ def test_demo_passes_verification(broker, names, tmp_path: Path) -> None:
         data_dir=tmp_path / "data",
         partitions=2,
         session_timeout=6.0,
+        gap_timeout=120.0,
         **names,
     )
     assert run_demo(settings, DemoOptions(messages=2000, keys=50, malformed=12, quiet=True)) == 0

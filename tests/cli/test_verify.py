@@ -6,30 +6,48 @@ import pytest
 
 from processors.dead_letter import dead_letter_headers
 from processors.envelope import InvalidMessage, parse
-from processors.resequencer import offer
+from processors.resequencer import DictBuffer, KeyState, Policy, expire, offer
 from seqkeeper.topics import Record
 from seqkeeper.verify import verify
 from seqkeeper.workload import generate
 
 
-def expected_outputs(inputs: list[Record]) -> tuple[list[Record], list[Record], list[Record]]:
-    """What a correct worker emits, computed with the pure cores."""
+def expected_outputs(
+    inputs: list[Record], gap_after: int | None = None
+) -> tuple[list[Record], list[Record], list[Record]]:
+    """What a correct worker emits, computed with the pure cores. With
+    ``gap_after``, every key's gaps are given up after that many records."""
     seen: set[str] = set()
-    nxt: dict[str, int] = {}
-    bufs: dict[str, dict] = {}
-    ordered, deduped, dlq = [], [], []
+    states: dict[str, KeyState] = {}
+    bufs: dict[str, DictBuffer] = {}
+    ordered: list[Record] = []
+    deduped: list[Record] = []
+    dlq: list[Record] = []
+    policy = Policy(gap_timeout=0.0)
 
-    def out(topic: str, rec: Record, value: bytes | None, headers=()) -> Record:
-        return Record(topic, 0, 0, rec.key, value, tuple(headers), 0)
+    def out(topic: str, key: bytes | None, value: bytes | None, headers: tuple = ()) -> Record:
+        return Record(topic, 0, 0, key, value, tuple(headers), 0)
 
-    for rec in inputs:
+    def apply(key: str, step) -> None:  # type: ignore[no-untyped-def]
+        buf = bufs.setdefault(key, DictBuffer())
+        if step.buffer_put:
+            buf[step.buffer_put.seq] = step.buffer_put
+        for s in step.buffer_deletes:
+            del buf[s]
+        states[key] = step.state
+        ordered.extend(out("ordered", key.encode(), e.value) for e in step.emitted)
+
+    for i, rec in enumerate(inputs):
+        if gap_after is not None and i == gap_after:
+            for key, state in list(states.items()):
+                apply(key, expire(key, state, bufs[key], 1.0, policy))
         try:
             m = parse(rec.key, rec.value)
         except InvalidMessage as exc:
             dlq.append(
                 out(
                     "dlq",
-                    rec,
+                    rec.key,
                     rec.value,
                     dead_letter_headers(exc.reason, exc.detail, "in", 0, rec.offset),
                 )
@@ -37,27 +55,26 @@ def expected_outputs(inputs: list[Record]) -> tuple[list[Record], list[Record], 
             continue
         if m.message_id in seen:
             continue
-        buf = bufs.setdefault(m.key, {})
-        step = offer(nxt.get(m.key, 1), buf, m)
+        step = offer(
+            states.get(m.key, KeyState()), bufs.setdefault(m.key, DictBuffer()), m, 0.0, policy
+        )
         if step.rejected:
             dlq.append(
                 out(
                     "dlq",
-                    rec,
+                    rec.key,
                     rec.value,
                     dead_letter_headers(step.rejected.reason, "", "in", 0, rec.offset),
                 )
             )
             continue
         seen.add(m.message_id)
-        if step.buffer_put:
-            buf[step.buffer_put.seq] = step.buffer_put
-        for s in step.buffer_deletes:
-            del buf[s]
-        nxt[m.key] = step.next_expected
-        deduped.append(out("deduped", rec, rec.value))
-        ordered += [out("ordered", rec, r.value) for r in step.released]
-    renumber = lambda rs: [replace(r, offset=i) for i, r in enumerate(rs)]  # noqa: E731
+        deduped.append(out("deduped", rec.key, rec.value))
+        apply(m.key, step)
+
+    def renumber(rs: list[Record]) -> list[Record]:
+        return [replace(r, offset=i) for i, r in enumerate(rs)]
+
     return renumber(ordered), renumber(deduped), renumber(dlq)
 
 
@@ -120,3 +137,26 @@ def test_dead_letter_checks(case) -> None:
     assert "dlq: record that should not be there" in failing(
         verify(inputs, ordered, deduped, dlq + [wrongly])
     )
+
+
+def test_gap_markers_and_late_arrivals_pass() -> None:
+    w = generate(messages=400, keys=8, malformed=0, seed=5)
+    # drop one message per key, so every key has a permanent gap ...
+    dropped = {f"key-{i:05d}:3:".encode() for i in range(8)}
+    records = [(k, v) for k, v in w.records if not any(d in (v or b"") for d in dropped)]
+    inputs = [Record("in", 0, i, k, v, (), 0) for i, (k, v) in enumerate(records)]
+    # ... and deliver them late, after the gaps were given up
+    late = [(k, v) for k, v in w.records if any(d in (v or b"") for d in dropped)]
+    inputs += [Record("in", 0, len(inputs) + i, k, v, (), 0) for i, (k, v) in enumerate(late)]
+    ordered, deduped, dlq = expected_outputs(inputs, gap_after=len(records))
+    assert any(b"GapSkipped" in (r.value or b"") for r in ordered)
+    report = verify(inputs, ordered, deduped, dlq)
+    assert report.ok, report.failures()
+    # a marker that covers the wrong range is an order violation
+    bad = [
+        replace(r, value=r.value.replace(b'"from":3', b'"from":4'))
+        if b"GapSkipped" in r.value
+        else r
+        for r in ordered
+    ]
+    assert "ordered: out of order or gap" in failing(verify(inputs, bad, deduped, dlq))

@@ -28,13 +28,10 @@ def settings_for(broker, names: dict[str, str], tmp_path: Path) -> Settings:
         data_dir=tmp_path / "data",
         partitions=3,
         session_timeout=6.0,
+        gap_timeout=120.0,
         **names,
     )
-    asyncio.run(
-        create_topics(
-            s.broker, [s.input_topic, s.ordered_topic, s.deduped_topic, s.dlq_topic], s.partitions
-        )
-    )
+    asyncio.run(create_topics(s.broker, s.topics(), s.partitions))
     return s
 
 
@@ -77,7 +74,7 @@ def test_restart_on_existing_state_resumes_without_replay(
     _, log = run_phase(settings, second, tmp_path / "w2.log")
     assert "ConsistencyError" not in log
     counts = replayed(log)
-    assert set(counts) == {"seen-ids", "next-expected", "reorder-buffer"}, log[-3000:]
+    assert set(counts) == {"seen-ids", "key-state", "reorder-buffer"}, log[-3000:]
     assert sum(counts.values()) == 0, counts
 
 
@@ -92,4 +89,4 @@ def test_deleted_data_dir_is_rebuilt_from_changelog(
     # phase one left buffered: only rebuilt state passes the verification.
     _, log = run_phase(settings, second, tmp_path / "w2.log")
     counts = replayed(log)
-    assert counts["seen-ids"] > 0 and counts["next-expected"] > 0, counts
+    assert counts["seen-ids"] > 0 and counts["key-state"] > 0, counts

@@ -1,28 +1,81 @@
+from __future__ import annotations
+
 from hypothesis import given
 from hypothesis import strategies as st
 
 from processors import deduplicator
+from processors.deduplicator import EVICT_PER_ACCEPT, Retention, SeenWindow
 from processors.envelope import Message
 
 
-def msg(mid: str) -> Message:
-    return Message("k", mid, 1, "t", b"{}")
+class Log:
+    """In-memory SeenLog, applied like the shell applies decisions."""
+
+    def __init__(self) -> None:
+        self.ids: dict[str, int] = {}
+        self.fifo: dict[int, tuple[str, float]] = {}
+        self.window = SeenWindow()
+
+    def __contains__(self, message_id: object) -> bool:
+        return message_id in self.ids
+
+    def at(self, position: int) -> tuple[str, float] | None:
+        return self.fifo.get(position)
+
+    def offer(self, mid: str, now: float, retention: Retention) -> bool:
+        d = deduplicator.offer(self, self.window, Message("k", mid, 1, "t", b""), now, retention)
+        assert d.message_id == mid
+        if d.accepted:
+            assert d.remember is not None and d.remember[0] == self.window.tail
+            aged = [f for f in d.forget if f[0] >= self.window.tail + 1 - retention.max_per_key]
+            assert len(aged) <= EVICT_PER_ACCEPT
+            for position, forgotten in d.forget:
+                assert self.fifo.pop(position)[0] == forgotten
+                del self.ids[forgotten]
+            position, rid, t = d.remember
+            self.fifo[position] = (rid, t)
+            self.ids[rid] = position
+            self.window = d.window
+        else:
+            assert d.window == self.window and d.remember is None and not d.forget
+        assert self.window.size == len(self.fifo) == len(self.ids)
+        assert self.window.size <= retention.max_per_key
+        return d.accepted
 
 
-@given(st.lists(st.sampled_from([f"m{i}" for i in range(8)]), max_size=60))
-def test_each_id_accepted_exactly_once(arrivals: list[str]) -> None:
-    seen: set[str] = set()
-    accepted: list[str] = []
+@given(
+    st.lists(st.sampled_from([f"m{i}" for i in range(12)]), max_size=80),
+    st.integers(1, 6),
+    st.floats(1.0, 50.0),
+)
+def test_remembered_ids_are_dropped_and_memory_is_bounded(
+    arrivals: list[str], max_per_key: int, max_age: float
+) -> None:
+    retention = Retention(max_age=max_age, max_per_key=max_per_key)
+    log = Log()
+    seen_ever: set[str] = set()
     for t, mid in enumerate(arrivals):
-        decision = deduplicator.offer(seen, msg(mid), float(t))
-        assert decision.message_id == mid and decision.seen_at == float(t)
-        if decision.accepted:
-            seen.add(decision.message_id)
-            accepted.append(mid)
-    assert accepted == list(dict.fromkeys(arrivals))  # first arrivals, in order
+        remembered = mid in log
+        accepted = log.offer(mid, float(t), retention)
+        assert accepted == (not remembered)  # dropped exactly while remembered
+        if mid not in seen_ever:
+            assert accepted  # a first arrival is always accepted
+        seen_ever.add(mid)
 
 
-def test_decision_does_not_depend_on_time() -> None:
-    assert deduplicator.offer({"a"}, msg("a"), 0.0).accepted is False
-    assert deduplicator.offer({"a"}, msg("a"), 1e12).accepted is False
-    assert deduplicator.offer(set(), msg("a"), 1e12).accepted is True
+def test_without_eviction_each_id_is_accepted_once() -> None:
+    log = Log()
+    accepted = [m for m in ["a", "b", "a", "c", "b", "a"] if log.offer(m, 0.0, Retention())]
+    assert accepted == ["a", "b", "c"]
+
+
+def test_age_eviction_and_sweep() -> None:
+    retention = Retention(max_age=10.0, max_per_key=100)
+    log = Log()
+    for i in range(5):
+        log.offer(f"old{i}", float(i), retention)
+    log.offer("new", 100.0, retention)  # forgets at most EVICT_PER_ACCEPT old ids
+    assert log.window.size == 6 - EVICT_PER_ACCEPT
+    window, forget = deduplicator.sweep(log, log.window, 100.0, retention, limit=10)
+    assert [mid for _, mid in forget] == ["old2", "old3", "old4"]
+    assert window == SeenWindow(5, 6)

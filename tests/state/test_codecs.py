@@ -1,22 +1,51 @@
 from hypothesis import given
 from hypothesis import strategies as st
 
+from processors.deduplicator import SeenWindow
+from processors.resequencer import KeyState
 from state import codecs
+from state.memory import MemoryStore
+from state.stores import ReorderBuffer
 
 
 @given(st.text(), st.text(), st.text(), st.text())
 def test_seen_keys_are_distinct_per_key_and_id(k1: str, m1: str, k2: str, m2: str) -> None:
-    assert (codecs.seen_key(k1, m1) == codecs.seen_key(k2, m2)) == ((k1, m1) == (k2, m2))
+    assert (codecs.seen_id_key(k1, m1) == codecs.seen_id_key(k2, m2)) == ((k1, m1) == (k2, m2))
 
 
 @given(st.text(), st.integers(0, 2**63), st.integers(0, 2**63))
 def test_buffer_keys_sort_by_sequence_within_a_key(key: str, a: int, b: int) -> None:
     ka, kb = codecs.buffer_key(key, a), codecs.buffer_key(key, b)
-    assert ka.startswith(codecs.key_prefix(key))
+    assert ka.startswith(codecs.key_prefix(key)) and codecs.key_of(ka) == key
+    assert codecs.buffer_seq(ka) == a
     assert (ka < kb) == (a < b)
 
 
-@given(st.integers(0, 2**64 - 1), st.floats(allow_nan=False))
-def test_round_trips(seq: int, t: float) -> None:
-    assert codecs.decode_seq(codecs.encode_seq(seq)) == seq
-    assert codecs.decode_time(codecs.encode_time(t)) == t
+@given(
+    st.builds(
+        KeyState,
+        st.none() | st.integers(1, 2**62),
+        st.integers(0, 10**6),
+        st.none() | st.floats(0, 1e10),
+        st.lists(st.tuples(st.integers(1, 10**9), st.integers(1, 10**9)), max_size=4).map(tuple),
+    ),
+    st.builds(SeenWindow, st.integers(0, 10**9), st.integers(0, 10**9)),
+)
+def test_key_state_round_trips(state: KeyState, window: SeenWindow) -> None:
+    assert codecs.decode_key_state(codecs.encode_key_state(state, window)) == (state, window)
+
+
+@given(st.text(), st.floats(allow_nan=False))
+def test_seen_position_round_trips(mid: str, t: float) -> None:
+    assert codecs.decode_seen_position(codecs.encode_seen_position(mid, t)) == (mid, t)
+
+
+@given(st.sets(st.integers(1, 200)), st.integers(0, 210))
+def test_first_after_seeks_within_the_key(seqs: set[int], after: int) -> None:
+    store = MemoryStore()
+    for s in seqs:
+        store.put(0, codecs.buffer_key("k", s), b"{}")
+        store.put(0, codecs.buffer_key("k2", s), b"{}")  # another key, same partition
+    store.put(0, codecs.buffer_key("j", 500), b"{}")
+    expected = min((s for s in seqs if s > after), default=None)
+    assert ReorderBuffer(store, 0, "k").first_after(after) == expected

@@ -1,0 +1,30 @@
+"""The state store interface: raw bytes, addressed by partition and key.
+
+Writes name their partition explicitly (the input partition the key belongs
+to), so timers can change state outside of an event, and a store can batch.
+Engines: :mod:`state.memory` (tests, no broker) and :mod:`state.rocksdb`
+(a Faust table on RocksDB, changelogged).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Protocol
+
+
+class PartitionStore(Protocol):
+    name: str
+
+    def get(self, partition: int, key: bytes) -> bytes | None: ...
+
+    def put(self, partition: int, key: bytes, value: bytes) -> None: ...
+
+    def delete(self, partition: int, key: bytes) -> None: ...
+
+    def seek(self, partition: int, start: bytes, prefix: bytes) -> tuple[bytes, bytes] | None:
+        """The first entry with key >= ``start`` that starts with ``prefix``."""
+        ...
+
+    def items(self, partition: int, prefix: bytes = b"") -> Iterator[tuple[bytes, bytes]]:
+        """All entries of a partition whose key starts with ``prefix``, in key order."""
+        ...

@@ -1,0 +1,42 @@
+"""An in-memory :class:`~state.base.PartitionStore` (tests; no changelog)."""
+
+from __future__ import annotations
+
+import bisect
+from collections import defaultdict
+from collections.abc import Iterator
+
+
+class MemoryStore:
+    def __init__(self, name: str = "memory") -> None:
+        self.name = name
+        self._data: dict[int, dict[bytes, bytes]] = defaultdict(dict)
+        self._keys: dict[int, list[bytes]] = defaultdict(list)
+
+    def get(self, partition: int, key: bytes) -> bytes | None:
+        return self._data[partition].get(key)
+
+    def put(self, partition: int, key: bytes, value: bytes) -> None:
+        data = self._data[partition]
+        if key not in data:
+            bisect.insort(self._keys[partition], key)
+        data[key] = value
+
+    def delete(self, partition: int, key: bytes) -> None:
+        if self._data[partition].pop(key, None) is not None:
+            keys = self._keys[partition]
+            del keys[bisect.bisect_left(keys, key)]
+
+    def seek(self, partition: int, start: bytes, prefix: bytes) -> tuple[bytes, bytes] | None:
+        keys = self._keys[partition]
+        i = bisect.bisect_left(keys, start)
+        if i < len(keys) and keys[i].startswith(prefix):
+            return keys[i], self._data[partition][keys[i]]
+        return None
+
+    def items(self, partition: int, prefix: bytes = b"") -> Iterator[tuple[bytes, bytes]]:
+        keys = self._keys[partition]
+        for key in keys[bisect.bisect_left(keys, prefix) :]:
+            if not key.startswith(prefix):
+                break
+            yield key, self._data[partition][key]

@@ -1,0 +1,35 @@
+"""Prometheus metrics of the ordered/deduplicated topology (``/metrics``)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.messages_in = Counter("seqkeeper_messages_in", "Input records consumed", registry=r)
+        self.messages_out = Counter(
+            "seqkeeper_messages_out", "Records emitted", ["topic"], registry=r
+        )
+        self.duplicates = Counter(
+            "seqkeeper_duplicates_dropped", "Redeliveries dropped", registry=r
+        )
+        self.buffered = Gauge(
+            "seqkeeper_messages_buffered", "Messages in reorder buffers", registry=r
+        )
+        self.late = Counter("seqkeeper_late_arrivals", "Late arrivals", ["route"], registry=r)
+        self.gap_timeouts = Counter(
+            "seqkeeper_gap_timeouts", "Gaps given up by timeout", registry=r
+        )
+        self.gaps_overflow = Counter(
+            "seqkeeper_gaps_skipped_on_overflow", "Gaps given up on a full buffer", registry=r
+        )
+        self.skipped = Counter("seqkeeper_sequences_skipped", "Sequences given up", registry=r)
+        self.dead_lettered = Counter(
+            "seqkeeper_dead_lettered", "Records dead-lettered", ["reason"], registry=r
+        )
+        self.lag = Gauge(
+            "seqkeeper_consumer_lag", "Input records not yet consumed", ["partition"], registry=r
+        )
