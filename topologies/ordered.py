@@ -256,7 +256,7 @@ def build_app(settings: Settings) -> faust.App:
     @app.page("/metrics")
     async def metrics(web: Any, request: Any) -> Any:
         return web.bytes(
-            generate_latest(topology.metrics.registry), content_type=CONTENT_TYPE_LATEST
+            generate_latest(topology.metrics.registry), content_type=CONTENT_TYPE_LATEST.split(";")[0] + "; version=0.0.4"
         )
 
     return app
