@@ -253,10 +253,23 @@ def build_app(settings: Settings) -> faust.App:
         if not app.rebalancing:
             topology.on_tick(owned_partitions(), time.time())
 
+    @app.timer(5.0)
+    async def consumer_lag() -> None:
+        consumer = app.consumer
+        for tp in app.assignor.assigned_actives():
+            if tp.topic != settings.input_topic:
+                continue
+            highwater = consumer.highwater(tp)
+            read = consumer._read_offset.get(tp)  # last offset handed to the agent
+            if highwater is not None:
+                lag = highwater - (read + 1 if read is not None else 0)
+                topology.metrics.lag.labels(str(tp.partition)).set(max(0, lag))
+
     @app.page("/metrics")
     async def metrics(web: Any, request: Any) -> Any:
         return web.bytes(
-            generate_latest(topology.metrics.registry), content_type=CONTENT_TYPE_LATEST.split(";")[0] + "; version=0.0.4"
+            generate_latest(topology.metrics.registry),
+            content_type=CONTENT_TYPE_LATEST.split(";")[0] + "; version=0.0.4",
         )
 
     return app

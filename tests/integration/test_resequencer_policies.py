@@ -27,15 +27,24 @@ def event(key: str, seq: int, mid: str | None = None) -> tuple[bytes, bytes]:
     return key.encode(), orjson.dumps(value)
 
 
-def wait_for(settings: Settings, topic: str, done: Callable[[list[Record]], bool],
-             worker: WorkerProcess, timeout: float = 60) -> list[Record]:
+def wait_for(
+    settings: Settings,
+    topic: str,
+    done: Callable[[list[Record]], bool],
+    worker: WorkerProcess,
+    timeout: float = 60,
+) -> list[Record]:
     deadline = time.monotonic() + timeout
     while True:
         records = asyncio.run(read_topic(settings.broker, topic))
         if done(records):
             return records
         worker.check_alive()
-        assert time.monotonic() < deadline, (topic, [r.value for r in records], worker.log()[-2000:])
+        assert time.monotonic() < deadline, (
+            topic,
+            [r.value for r in records],
+            worker.log()[-2000:],
+        )
         time.sleep(0.3)
 
 
@@ -45,27 +54,56 @@ def seqs(records: list[Record], key: str) -> list[object]:
         if r.key != key.encode():
             continue
         doc = orjson.loads(r.value or b"")
-        out.append(tuple(doc["data"].values()) if doc["type"] == "seqkeeper.GapSkipped" else doc["seq"])
+        out.append(
+            tuple(doc["data"].values()) if doc["type"] == "seqkeeper.GapSkipped" else doc["seq"]
+        )
     return out
 
 
 def start(broker, names, tmp_path: Path, **policy: object) -> tuple[Settings, WorkerProcess]:
-    s = Settings(broker=broker.bootstrap, data_dir=tmp_path / "data", partitions=2,
-                 session_timeout=6.0, timer_interval=0.2, web_port=free_port(), **names)
+    s = Settings(
+        broker=broker.bootstrap,
+        data_dir=tmp_path / "data",
+        partitions=2,
+        session_timeout=6.0,
+        timer_interval=0.2,
+        web_port=free_port(),
+        **names,
+    )
     s = s.with_overrides(**policy)
     asyncio.run(create_topics(s.broker, s.topics(), s.partitions))
     return s, WorkerProcess(s, tmp_path / "worker.log").start()
 
 
 def test_gap_timeout_late_arrival_conflict_and_overflow_skip(broker, names, tmp_path) -> None:
-    s, worker = start(broker, names, tmp_path, gap_timeout=1.0, max_buffered_per_key=2,
-                      overflow_policy="skip", late_policy="late-topic")
+    s, worker = start(
+        broker,
+        names,
+        tmp_path,
+        gap_timeout=1.0,
+        max_buffered_per_key=2,
+        overflow_policy="skip",
+        late_policy="late-topic",
+    )
     try:
-        asyncio.run(publish(s.broker, s.input_topic, [
-            event("gap", 1), event("gap", 2), event("gap", 4), event("gap", 5),   # 3 is missing
-            event("full", 1), event("full", 3), event("full", 4), event("full", 5),  # 2 missing, buffer of 2
-            event("conflict", 1), event("conflict", 1, "another-id"),
-        ]))
+        asyncio.run(
+            publish(
+                s.broker,
+                s.input_topic,
+                [
+                    event("gap", 1),
+                    event("gap", 2),
+                    event("gap", 4),
+                    event("gap", 5),  # 3 is missing
+                    event("full", 1),
+                    event("full", 3),
+                    event("full", 4),
+                    event("full", 5),  # 2 missing, buffer of 2
+                    event("conflict", 1),
+                    event("conflict", 1, "another-id"),
+                ],
+            )
+        )
         ordered = wait_for(s, s.ordered_topic, lambda r: len(seqs(r, "gap")) == 5, worker)
         assert seqs(ordered, "gap") == [1, 2, (3, 3), 4, 5]
         # overflow: 5 arrives with 3 and 4 buffered -> the gap 2..2 is given up at once
@@ -78,22 +116,43 @@ def test_gap_timeout_late_arrival_conflict_and_overflow_skip(broker, names, tmp_
         late = wait_for(s, s.late_topic, lambda r: len(r) == 1, worker)
         assert late[0].header(REASON) == b"late-arrival" and late[0].value == event("gap", 3)[1]
         assert late[0].header("kafka_dlt-original-topic") == s.input_topic.encode()
-        metrics = urllib.request.urlopen(f"http://127.0.0.1:{s.web_port}/metrics", timeout=10).read()
+        metrics = urllib.request.urlopen(
+            f"http://127.0.0.1:{s.web_port}/metrics", timeout=10
+        ).read()
         assert b"seqkeeper_gap_timeouts_total 1.0" in metrics
         assert b"seqkeeper_gaps_skipped_on_overflow_total 1.0" in metrics
         assert b'seqkeeper_late_arrivals_total{route="late"} 1.0' in metrics
         assert b'seqkeeper_dead_lettered_total{reason="sequence-conflict"} 1.0' in metrics
+        assert b"seqkeeper_duplicates_dropped_total 0.0" in metrics
+        assert b"seqkeeper_messages_buffered 0.0" in metrics
     finally:
         assert worker.stop() == 0
 
 
 def test_overflow_dlq_and_late_drop(broker, names, tmp_path) -> None:
-    s, worker = start(broker, names, tmp_path, gap_timeout=3600.0, max_buffered_per_key=2,
-                      overflow_policy="dlq", late_policy="drop", first_seq="first-seen")
+    s, worker = start(
+        broker,
+        names,
+        tmp_path,
+        gap_timeout=3600.0,
+        max_buffered_per_key=2,
+        overflow_policy="dlq",
+        late_policy="drop",
+        first_seq="first-seen",
+    )
     try:
-        asyncio.run(publish(s.broker, s.input_topic, [
-            event("k", 10), event("k", 12), event("k", 13), event("k", 14),  # 11 missing
-        ]))
+        asyncio.run(
+            publish(
+                s.broker,
+                s.input_topic,
+                [
+                    event("k", 10),
+                    event("k", 12),
+                    event("k", 13),
+                    event("k", 14),  # 11 missing
+                ],
+            )
+        )
         dlq = wait_for(s, s.dlq_topic, lambda r: len(r) == 1, worker)
         assert dlq[0].header(REASON) == b"buffer-overflow" and dlq[0].value == event("k", 14)[1]
         asyncio.run(publish(s.broker, s.input_topic, [event("k", 11), event("k", 14)]))
