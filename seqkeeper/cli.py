@@ -101,15 +101,14 @@ def demo(
         float, typer.Option(help="Share of messages delivered twice.")
     ] = 0.05,
     malformed: Annotated[int, typer.Option(help="Malformed records mixed in.")] = 24,
+    lost: Annotated[int, typer.Option(help="Messages never delivered (permanent gaps).")] = 20,
     seed: Annotated[int, typer.Option(help="Workload random seed.")] = 7,
     partitions: Annotated[Optional[int], typer.Option(help="Topic partitions.")] = None,
     timeout: Annotated[float, typer.Option(help="Seconds to wait for the output.")] = 900.0,
     gap_timeout: Annotated[
         float,
-        typer.Option(
-            help="Worker gap timeout in seconds (long: the workload has no lost messages)."
-        ),
-    ] = 120.0,
+        typer.Option(help="Worker gap timeout in seconds: permanent gaps are given up after it."),
+    ] = 10.0,
 ) -> None:
     """The main job: publish a messy workload, run the worker, verify the output."""
     from seqkeeper.demo import DemoOptions, run_demo
@@ -121,6 +120,7 @@ def demo(
             keys=keys,
             duplicate_rate=duplicate_rate,
             malformed=malformed,
+            lost=lost,
             seed=seed,
             timeout=timeout,
         ),

@@ -28,6 +28,7 @@ class DemoOptions:
     keys: int = 1_000
     duplicate_rate: float = 0.05
     malformed: int = 24
+    lost: int = 20
     seed: int = 7
     timeout: float = 600.0
     quiet: bool = False
@@ -72,11 +73,16 @@ async def publish(
 
 
 async def wait_for_output(
-    settings: Settings, expected: int, progress: Progress, timeout: float, worker: WorkerProcess
+    settings: Settings,
+    topics: list[str],
+    expected: int,
+    label: str,
+    progress: Progress,
+    timeout: float,
+    worker: WorkerProcess,
 ) -> None:
-    """Wait until the outputs hold ``expected`` records, or they stop growing."""
-    task = progress.add_task("output (ordered+deduped+dlq)", total=expected)
-    topics = [settings.ordered_topic, settings.deduped_topic, settings.dlq_topic]
+    """Wait until ``topics`` hold ``expected`` records, or they stop growing."""
+    task = progress.add_task(label, total=expected)
     deadline = time.monotonic() + timeout
     last, last_change = -1, time.monotonic()
     while time.monotonic() < deadline:
@@ -105,6 +111,8 @@ def summary(report: Report, elapsed: float) -> Table:
         ("ordered output", report.ordered_records),
         ("deduped output", report.deduped_records),
         ("dead-lettered", report.dead_lettered),
+        ("gaps given up (markers)", report.gaps_skipped),
+        ("late arrivals dead-lettered", report.late_arrivals),
     ]:
         table.add_row(name, f"{value:,}", "")
     for check in report.checks:
@@ -122,7 +130,12 @@ def run_demo(settings: Settings, options: DemoOptions) -> int:
     console = Console(quiet=options.quiet)
     started = time.monotonic()
     workload = generate(
-        options.messages, options.keys, options.duplicate_rate, options.malformed, seed=options.seed
+        options.messages,
+        options.keys,
+        options.duplicate_rate,
+        options.malformed,
+        seed=options.seed,
+        lost=options.lost,
     )
     with (
         broker_for(settings) as settings,
@@ -142,9 +155,36 @@ def run_demo(settings: Settings, options: DemoOptions) -> int:
                 asyncio.run(
                     publish(settings.broker, settings.input_topic, workload.records, progress)
                 )
-                expected = 2 * workload.messages + workload.malformed
-                asyncio.run(wait_for_output(settings, expected, progress, options.timeout, worker))
-            report = asyncio.run(verify_topics(settings))
+                delivered = workload.messages - workload.lost
+                # Every delivered message is accepted (deduped) or, if its
+                # gap was already given up, dead-lettered as late; plus the
+                # malformed records.
+                asyncio.run(
+                    wait_for_output(
+                        settings,
+                        [settings.deduped_topic, settings.dlq_topic, settings.late_topic],
+                        delivered + workload.malformed,
+                        "accepted or dead-lettered",
+                        progress,
+                        options.timeout,
+                        worker,
+                    )
+                )
+                # Ordered: the last permanent gaps are given up after the gap timeout.
+                asyncio.run(
+                    wait_for_output(
+                        settings,
+                        [settings.ordered_topic],
+                        delivered,
+                        "ordered (+ gap markers)",
+                        progress,
+                        options.timeout,
+                        worker,
+                    )
+                )
+                report = asyncio.run(
+                    wait_until_verified(settings, settings.gap_timeout + 30, worker)
+                )
         except BaseException:
             if os.path.exists(log_path):
                 console.print(Path(log_path).read_text()[-4000:])
@@ -157,23 +197,25 @@ def run_demo(settings: Settings, options: DemoOptions) -> int:
         return 0 if report.ok else 1
 
 
-async def verify_topics(settings: Settings) -> Report:
+async def verify_topics(settings: Settings, drained: bool = False) -> Report:
     """Read the input and output topics to their exact ends and verify them."""
     return verify(
         await read_topic(settings.broker, settings.input_topic),
         await read_topic(settings.broker, settings.ordered_topic),
         await read_topic(settings.broker, settings.deduped_topic),
-        await read_topic(settings.broker, settings.dlq_topic),
+        await read_topic(settings.broker, settings.dlq_topic)
+        + await read_topic(settings.broker, settings.late_topic),
+        drained=drained,
     )
 
 
 async def wait_until_verified(
-    settings: Settings, timeout: float, worker: WorkerProcess | None = None
+    settings: Settings, timeout: float, worker: WorkerProcess | None = None, drained: bool = False
 ) -> Report:
     """Poll :func:`verify_topics` until it passes or ``timeout`` runs out."""
     deadline = time.monotonic() + timeout
     while True:
-        report = await verify_topics(settings)
+        report = await verify_topics(settings, drained)
         if report.ok or time.monotonic() > deadline:
             return report
         if worker is not None:

@@ -40,6 +40,8 @@ class Report:
     ordered_records: int = 0
     deduped_records: int = 0
     dead_lettered: int = 0
+    gaps_skipped: int = 0
+    late_arrivals: int = 0
     checks: list[Check] = field(default_factory=list)
 
     @property
@@ -84,8 +86,13 @@ def verify(
     ordered: list[Record],
     deduped: list[Record],
     dlq: list[Record],
+    drained: bool = False,
 ) -> Report:
-    """Check the three output topics against the input topic."""
+    """Check the output topics against the input topic.
+
+    ``drained``: every gap should have been given up by now (the gap timeout
+    has passed since the last input), so no accepted message may still wait.
+    """
     report = Report(
         input_records=len(inputs),
         ordered_records=len(ordered),
@@ -162,6 +169,8 @@ def verify(
             del accepted[mid]
             del owner[(key, seq)]
     report.valid_messages = len(accepted)
+    report.gaps_skipped = sum(len(v) for v in covered.values())
+    report.late_arrivals = sum(late_ok.values())
     releasable: set[str] = set()
     for key in {k for k, _ in owner} | set(covered):
         starts = {a: b for a, b in covered.get(key, ())}
@@ -176,6 +185,11 @@ def verify(
                 break  # the rest waits behind a gap
     lost = releasable - first_bytes.keys()
     checks.append(Check("ordered: lost", len(lost), _examples(sorted(lost))))
+    if drained:
+        waiting = sorted(accepted.keys() - releasable)
+        checks.append(
+            Check("ordered: still waiting behind a gap", len(waiting), _examples(waiting))
+        )
     checks.append(
         Check(
             "ordered: out of order or gap",

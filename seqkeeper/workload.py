@@ -34,6 +34,7 @@ class Workload:
     keys: int
     duplicates: int
     malformed: int
+    lost: int = 0
 
 
 def generate(
@@ -44,6 +45,7 @@ def generate(
     jitter: int | None = None,
     seed: int = 7,
     payload_bytes: int = 64,
+    lost: int = 0,
 ) -> Workload:
     """``messages`` valid messages over ``keys`` keys, shuffled and duplicated.
 
@@ -51,7 +53,8 @@ def generate(
     times the number of keys, so consecutive messages of a key often swap);
     ``duplicate_rate`` of them are delivered again a little later, byte for
     byte; ``malformed`` bad records (cycling through :data:`MALFORMED_KINDS`)
-    are mixed in.
+    are mixed in; ``lost`` messages are never delivered at all (permanent
+    gaps, which the worker gives up after its gap timeout).
     """
     rng = random.Random(seed)
     jitter = 3 * keys if jitter is None else jitter
@@ -62,10 +65,13 @@ def generate(
     stream: list[tuple[float, bytes | None, bytes | None]] = []
     pad = "x" * payload_bytes
     duplicates = 0
+    never = set(rng.sample(range(messages), min(lost, messages)))
     for pos, k in enumerate(order):
         seq = next_seq[k]
         next_seq[k] += 1
         name = key_names[k]
+        if pos in never:
+            continue
         value = orjson.dumps(
             {
                 "messageId": f"{name}:{seq}:{rng.getrandbits(32):08x}",
@@ -92,4 +98,5 @@ def generate(
         keys=keys,
         duplicates=duplicates,
         malformed=malformed,
+        lost=len(never),
     )

@@ -18,10 +18,13 @@ def test_demo_passes_verification(broker, names, tmp_path: Path) -> None:
         data_dir=tmp_path / "data",
         partitions=2,
         session_timeout=6.0,
-        gap_timeout=120.0,
+        gap_timeout=3.0,
         **names,
     )
-    assert run_demo(settings, DemoOptions(messages=2000, keys=50, malformed=12, quiet=True)) == 0
+    assert (
+        run_demo(settings, DemoOptions(messages=2000, keys=50, malformed=12, lost=6, quiet=True))
+        == 0
+    )
 
 
 def test_cli_help_lists_the_commands() -> None:
