@@ -95,15 +95,7 @@ def offer(
         if entry is not None:
             forget.append((head, entry[0]))
         head += 1
-    aged = 0
-    while aged < EVICT_PER_ACCEPT and head < position:
-        entry = seen.at(head)
-        if entry is not None and entry[1] > now - retention.max_age:
-            break
-        if entry is not None:
-            forget.append((head, entry[0]))
-        head += 1
-        aged += 1
+    head = _forget_aged(seen, head, position, now, retention, EVICT_PER_ACCEPT, forget)
     return DedupDecision(
         True,
         message.message_id,
@@ -117,13 +109,29 @@ def sweep(
     seen: SeenLog, window: SeenWindow, now: float, retention: Retention, limit: int
 ) -> tuple[SeenWindow, tuple[tuple[int, str], ...]]:
     """Forget up to ``limit`` ids of a key that are past ``max_age``."""
-    head = window.head
     forget: list[tuple[int, str]] = []
-    while head < window.tail and len(forget) < limit:
+    head = _forget_aged(seen, window.head, window.tail, now, retention, limit, forget)
+    return SeenWindow(head, window.tail), tuple(forget)
+
+
+def _forget_aged(
+    seen: SeenLog,
+    head: int,
+    stop: int,
+    now: float,
+    retention: Retention,
+    limit: int,
+    forget: list[tuple[int, str]],
+) -> int:
+    """Advance ``head`` over at most ``limit`` positions before ``stop`` that
+    are past ``max_age`` (appending them to ``forget``); the new head."""
+    for _ in range(limit):
+        if head >= stop:
+            break
         entry = seen.at(head)
         if entry is not None and entry[1] > now - retention.max_age:
             break
         if entry is not None:
             forget.append((head, entry[0]))
         head += 1
-    return SeenWindow(head, window.tail), tuple(forget)
+    return head

@@ -101,6 +101,7 @@ def verify(
     )
     # -- What the worker should have done, replayed in partition order.
     accepted: dict[str, Record] = {}  # messageId -> first accepted record
+    copies: Counter[str] = Counter()  # messageId -> deliveries
     owner: dict[tuple[str, int], str] = {}  # (key, seq) -> messageId
     expected_dlq: Counter[tuple[bytes | None, bytes | None]] = Counter()
     for rec in sorted(inputs, key=lambda r: (r.partition, r.offset)):
@@ -109,6 +110,7 @@ def verify(
         except InvalidMessage:
             expected_dlq[(rec.key, rec.value)] += 1
             continue
+        copies[msg.message_id] += 1
         if msg.message_id in accepted:
             report.redeliveries += 1
             continue
@@ -126,18 +128,26 @@ def verify(
     repeats = 0
     last_seq: dict[str, int] = {}
     covered: dict[str, list[tuple[int, int]]] = defaultdict(list)
+
+    def repeated(mid: str, value: bytes | None) -> bool:
+        """Record the first emission of ``mid``; count a repeat (and a changed one)."""
+        nonlocal repeats
+        if mid not in first_bytes:
+            first_bytes[mid] = value
+            return False
+        repeats += 1
+        if first_bytes[mid] != value:
+            changed.append(mid)
+        return True
+
     for rec in sorted(ordered, key=lambda r: (r.partition, r.offset)):
         key = (rec.key or b"").decode("utf-8", "replace")
         expected_next = last_seq.get(key, FIRST_SEQ - 1) + 1
         marker = _marker(rec)
         if marker is not None:
             mid, first, last = marker
-            if mid in first_bytes:
-                repeats += 1
-                if first_bytes[mid] != rec.value:
-                    changed.append(mid)
+            if repeated(mid, rec.value):
                 continue
-            first_bytes[mid] = rec.value
             if first != expected_next:
                 violations.append((key, expected_next, f"gap {first}..{last}"))
             covered[key].append((first, last))
@@ -148,12 +158,8 @@ def verify(
             unexpected.append(rec.offset)
             continue
         mid, seq = ident
-        if mid in first_bytes:
-            repeats += 1
-            if first_bytes[mid] != rec.value:
-                changed.append(mid)
+        if repeated(mid, rec.value):
             continue
-        first_bytes[mid] = rec.value
         if rec.value != accepted[mid].value or rec.key != accepted[mid].key:
             changed.append(mid)
         if seq != expected_next:
@@ -165,7 +171,7 @@ def verify(
     for mid, rec in list(accepted.items()):
         key, seq = _key_seq(rec)
         if any(a <= seq <= b for a, b in covered.get(key, ())):
-            late_ok[(rec.key, rec.value)] += 1
+            late_ok[(rec.key, rec.value)] += copies[mid]  # every copy arrives late
             del accepted[mid]
             del owner[(key, seq)]
     report.valid_messages = len(accepted)

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
 from seqkeeper.broker import EmbeddedBroker
+from seqkeeper.settings import Settings
 
 
 @dataclass(frozen=True)
@@ -49,6 +51,24 @@ def broker() -> Iterator[Broker]:
         return
     with EmbeddedBroker() as embedded:
         yield Broker(embedded.bootstrap, "embedded", embedded)
+
+
+@pytest.fixture
+def make_settings(broker: Broker, names: dict[str, str], tmp_path: Path) -> Callable[..., Settings]:
+    """Worker settings on the test broker with unique names; overrides by keyword."""
+
+    def make(**overrides: object) -> Settings:
+        base = Settings(
+            broker=broker.bootstrap,
+            data_dir=tmp_path / "data",
+            partitions=2,
+            session_timeout=6.0,  # the embedded broker joins a group in half of it
+            gap_timeout=120.0,
+            **names,
+        )
+        return base.with_overrides(**overrides)
+
+    return make
 
 
 @pytest.fixture

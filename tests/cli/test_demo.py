@@ -1,26 +1,16 @@
 """The main job end to end (small), on the broker fixture."""
 
-from pathlib import Path
-
 import pytest
 from typer.testing import CliRunner
 
 from seqkeeper.cli import app
 from seqkeeper.demo import DemoOptions, run_demo
-from seqkeeper.settings import Settings
 
 pytestmark = pytest.mark.integration
 
 
-def test_demo_passes_verification(broker, names, tmp_path: Path) -> None:
-    settings = Settings(
-        broker=broker.bootstrap,
-        data_dir=tmp_path / "data",
-        partitions=2,
-        session_timeout=6.0,
-        gap_timeout=3.0,
-        **names,
-    )
+def test_demo_passes_verification(make_settings) -> None:
+    settings = make_settings(gap_timeout=3.0)
     assert (
         run_demo(settings, DemoOptions(messages=2000, keys=50, malformed=12, lost=6, quiet=True))
         == 0

@@ -23,10 +23,8 @@ def check(settings: Settings, worker: WorkerProcess) -> None:
     assert report.ok, [(c.name, c.count, c.detail) for c in report.failures()]
 
 
-def test_partitions_move_with_their_state(broker, names, tmp_path) -> None:
-    base = Settings(
-        broker=broker.bootstrap, partitions=4, session_timeout=6.0, gap_timeout=120.0, **names
-    )
+def test_partitions_move_with_their_state(make_settings, tmp_path) -> None:
+    base = make_settings(partitions=4)
     a = WorkerProcess(base.with_overrides(data_dir=tmp_path / "a"), tmp_path / "a.log")
     b = WorkerProcess(base.with_overrides(data_dir=tmp_path / "b"), tmp_path / "b.log")
     asyncio.run(create_topics(base.broker, base.topics(), base.partitions))

@@ -60,25 +60,15 @@ def seqs(records: list[Record], key: str) -> list[object]:
     return out
 
 
-def start(broker, names, tmp_path: Path, **policy: object) -> tuple[Settings, WorkerProcess]:
-    s = Settings(
-        broker=broker.bootstrap,
-        data_dir=tmp_path / "data",
-        partitions=2,
-        session_timeout=6.0,
-        timer_interval=0.2,
-        web_port=free_port(),
-        **names,
-    )
-    s = s.with_overrides(**policy)
+def start(make_settings, tmp_path: Path, **policy: object) -> tuple[Settings, WorkerProcess]:
+    s = make_settings(timer_interval=0.2, web_port=free_port(), **policy)
     asyncio.run(create_topics(s.broker, s.topics(), s.partitions))
     return s, WorkerProcess(s, tmp_path / "worker.log").start()
 
 
-def test_gap_timeout_late_arrival_conflict_and_overflow_skip(broker, names, tmp_path) -> None:
+def test_gap_timeout_late_arrival_conflict_and_overflow_skip(make_settings, tmp_path) -> None:
     s, worker = start(
-        broker,
-        names,
+        make_settings,
         tmp_path,
         gap_timeout=1.0,
         max_buffered_per_key=2,
@@ -129,10 +119,9 @@ def test_gap_timeout_late_arrival_conflict_and_overflow_skip(broker, names, tmp_
         assert worker.stop() == 0
 
 
-def test_overflow_dlq_and_late_drop(broker, names, tmp_path) -> None:
+def test_overflow_dlq_and_late_drop(make_settings, tmp_path) -> None:
     s, worker = start(
-        broker,
-        names,
+        make_settings,
         tmp_path,
         gap_timeout=3600.0,
         max_buffered_per_key=2,

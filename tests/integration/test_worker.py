@@ -22,15 +22,8 @@ pytestmark = pytest.mark.integration
 REPLAYED = re.compile(r"table (\S+): replayed (\d+) changelog records")
 
 
-def settings_for(broker, names: dict[str, str], tmp_path: Path) -> Settings:
-    s = Settings(
-        broker=broker.bootstrap,
-        data_dir=tmp_path / "data",
-        partitions=3,
-        session_timeout=6.0,
-        gap_timeout=120.0,
-        **names,
-    )
+def settings_for(make_settings) -> Settings:
+    s = make_settings(partitions=3)
     asyncio.run(create_topics(s.broker, s.topics(), s.partitions))
     return s
 
@@ -64,9 +57,9 @@ def split_workload():
 
 
 def test_restart_on_existing_state_resumes_without_replay(
-    broker, names, tmp_path, split_workload
+    make_settings, tmp_path, split_workload
 ) -> None:
-    settings = settings_for(broker, names, tmp_path)
+    settings = settings_for(make_settings)
     first, second = split_workload
     run_phase(settings, first, tmp_path / "w1.log")
     # The restart is where the embedded broker's short ListOffsets answer made
@@ -79,9 +72,9 @@ def test_restart_on_existing_state_resumes_without_replay(
 
 
 def test_deleted_data_dir_is_rebuilt_from_changelog(
-    broker, names, tmp_path, split_workload
+    make_settings, tmp_path, split_workload
 ) -> None:
-    settings = settings_for(broker, names, tmp_path)
+    settings = settings_for(make_settings)
     first, second = split_workload
     run_phase(settings, first, tmp_path / "w1.log")
     shutil.rmtree(settings.data_dir)
