@@ -174,7 +174,7 @@ def run_demo(settings: Settings, options: DemoOptions) -> int:
                 # timeout; poll the verification until it passes (or times out).
                 progress.add_task("ordered: waiting for the last gaps to time out", total=None)
                 report = asyncio.run(
-                    wait_until_verified(settings, settings.gap_timeout + 30, worker)
+                    wait_until_verified(settings, settings.gap_timeout + 60, worker, drained=True)
                 )
         except BaseException:
             if os.path.exists(log_path):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import time
 
 import pytest
 
@@ -16,6 +17,14 @@ from seqkeeper.worker import WorkerProcess
 from seqkeeper.workload import generate
 
 pytestmark = pytest.mark.integration
+
+
+def wait_until(predicate, worker: WorkerProcess, message: str, timeout: float = 90) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        worker.check_alive()
+        assert time.monotonic() < deadline, message
+        time.sleep(0.5)
 
 
 def check(settings: Settings, worker: WorkerProcess) -> None:
@@ -35,6 +44,7 @@ def test_partitions_move_with_their_state(make_settings, tmp_path) -> None:
         a.start()
         check(base, a)
         b.start()  # the group rebalances: some partitions move from a to b
+        wait_until(lambda: "Worker ready" in b.log(), b, "b never got partitions while a ran")
         asyncio.run(publish(base.broker, base.input_topic, thirds[1]))
         check(base, b)
         assert a.stop() == 0  # b takes every partition, with a's state
