@@ -34,14 +34,14 @@ def broker(
     port: Annotated[int, typer.Option(help="Port on 127.0.0.1; 0 picks a free one.")] = 0,
 ) -> None:
     """Run the embedded broker (Tansu, memory only) in the foreground."""
-    with EmbeddedBroker(port=port or None) as b:
-        typer.echo(f"embedded broker ready: KAFKA_BOOTSTRAP_SERVERS={b.bootstrap}")
-        typer.echo("Ctrl-C stops it (its data is in memory and is lost).")
-        try:
+    try:
+        with EmbeddedBroker(port=port or None) as b:
+            typer.echo(f"embedded broker ready: KAFKA_BOOTSTRAP_SERVERS={b.bootstrap}")
+            typer.echo("Ctrl-C stops it (its data is in memory and is lost).")
             while True:
                 time.sleep(0.5)
-        except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (see _graceful_sigterm)
-            pass
+    except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (see _graceful_sigterm): the with-block
+        pass  # has stopped the broker
 
 
 @app.command()

@@ -25,9 +25,10 @@ import faust
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from processors import deduplicator, resequencer
+from processors.clock import StreamClock
 from processors.dead_letter import dead_letter_headers
 from processors.envelope import InvalidMessage, Reason, parse
-from processors.resequencer import GapSkipped, Step
+from processors.resequencer import GapSkipped, KeyState, Step
 from seqkeeper.settings import Settings
 from state.faust_glue import App, raw_table
 from state.rocksdb import FaustRocksStore
@@ -53,6 +54,8 @@ class OrderedTopology:
         self.send = send
         self.topics = topics
         self.timers = GapTimers()
+        self.clocks: dict[int, StreamClock] = {}  # stream time per input partition
+        self.processed: dict[int, int] = {}  # last input offset processed per partition
         self.buffered: dict[int, int] = {}
         self.metrics = Metrics()
 
@@ -63,10 +66,15 @@ class OrderedTopology:
         offset: int,
         key: bytes | None,
         value: bytes | None,
-        timestamp: int | None,
-        now: float,
+        timestamp: float | None,
+        wall: float,
     ) -> None:
+        """One input record; ``timestamp`` is the record's time in seconds."""
         self.metrics.messages_in.inc()
+        clock = self.clocks.get(partition, StreamClock()).observe(timestamp, wall)
+        self.clocks[partition] = clock
+        self.processed[partition] = offset
+        now = clock.now(wall)
         try:
             message = parse(key, value)
         except InvalidMessage as exc:
@@ -107,11 +115,18 @@ class OrderedTopology:
         stores.save(partition, message.key, step, decision.window, decision)
         self.send(self.topics["deduped"], key, value, None)
         self.metrics.messages_out.labels("deduped").inc()
-        self.after(partition, message.key, step)
+        self.after(partition, message.key, step, state)
 
     # -- timers ------------------------------------------------------------
-    def on_tick(self, partitions: set[int], now: float) -> None:
-        for partition in partitions:
+    def on_tick(self, highwaters: dict[int, int | None], wall: float) -> None:
+        """Timer: ``highwaters`` are the owned input partitions' ends as last
+        fetched; a partition processed up to its end is caught up, and only
+        then does its stream time follow the wall clock."""
+        for partition, highwater in highwaters.items():
+            clock = self.clocks.get(partition, StreamClock())
+            if highwater is not None and highwater <= self.processed.get(partition, -1) + 1:
+                clock = self.clocks[partition] = clock.idle(wall)
+            now = clock.now(wall)
             for key in self.timers.due(partition, now):
                 state, window = self.stores.load(partition, key)
                 step = resequencer.expire(
@@ -121,10 +136,14 @@ class OrderedTopology:
                     if step.emitted:
                         self.metrics.gap_timeouts.inc()
                     self.stores.save(partition, key, step, window)
-                self.after(partition, key, step)
+                self.after(partition, key, step)  # popped: always re-arm
 
     def on_assigned(self, partitions: set[int]) -> None:
-        """Rebuild the timer index and buffer counts from the key-state table."""
+        """Rebuild the timer index and buffer counts from the key-state table;
+        stream clocks and progress start afresh (another worker may have
+        moved the partitions on meanwhile)."""
+        self.clocks.clear()
+        self.processed.clear()
         for partition in set(self.timers.partitions()) | set(self.buffered):
             if partition not in partitions:
                 self.timers.drop(partition)
@@ -141,8 +160,10 @@ class OrderedTopology:
         self.metrics.buffered.set(sum(self.buffered.values()))
 
     # -- shared ------------------------------------------------------------
-    def after(self, partition: int, key: str, step: Step) -> None:
-        """Emit a persisted step's ordered records and re-arm its timer."""
+    def after(self, partition: int, key: str, step: Step, before: KeyState | None = None) -> None:
+        """Emit a persisted step's ordered records and (re-)arm its timer when
+        its deadline changed (so the timer heap holds one live entry per
+        waiting key, not one per message)."""
         kbytes = key.encode("utf-8")
         ordered = self.topics["ordered"]
         for item in step.emitted:
@@ -156,7 +177,9 @@ class OrderedTopology:
             self.buffered[partition] = self.buffered.get(partition, 0) + step.buffered_delta
             self.metrics.buffered.set(sum(self.buffered.values()))
         deadline = resequencer.gap_deadline(step.state, self.policy)
-        if deadline is not None:
+        if deadline is not None and (
+            before is None or deadline != resequencer.gap_deadline(before, self.policy)
+        ):
             self.timers.arm(partition, key, deadline)
 
     def dead_letter(
@@ -168,11 +191,12 @@ class OrderedTopology:
         detail: str,
         partition: int,
         offset: int,
-        timestamp: int | None,
+        timestamp: float | None,
     ) -> None:
         topic = self.topics["late" if route == "late" else "dlq"]
+        millis = None if timestamp is None else int(timestamp * 1000)
         headers = dead_letter_headers(
-            reason, detail, self.settings.input_topic, partition, offset, timestamp
+            reason, detail, self.settings.input_topic, partition, offset, millis
         )
         self.send(topic, key, value, headers)
         self.metrics.dead_lettered.labels(reason).inc()
@@ -251,7 +275,17 @@ def build_app(settings: Settings) -> faust.App:
     @app.timer(settings.timer_interval)
     async def gap_timeouts() -> None:
         if not app.rebalancing:
-            topology.on_tick(owned_partitions(), time.time())
+            consumer = app.consumer
+            ends: dict[int, int | None] = {}
+            for tp in app.assignor.assigned_actives():
+                if tp.topic == settings.input_topic:
+                    ends[tp.partition] = consumer.highwater(tp)
+                    # Until this worker processes a record of the partition, it
+                    # is as far as the consumer's position (the committed offset).
+                    read = consumer._read_offset.get(tp)
+                    if tp.partition not in topology.processed and read is not None:
+                        topology.processed[tp.partition] = read - 1
+            topology.on_tick(ends, time.time())
 
     @app.timer(5.0)
     async def consumer_lag() -> None:

@@ -4,6 +4,7 @@ with GapSkipped markers, late arrivals, conflicts, overflow, metrics."""
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 import urllib.request
 from collections.abc import Callable
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import orjson
 import pytest
+from jsonschema import Draft202012Validator
 
 from processors.dead_letter import REASON
 from seqkeeper.broker import free_port
@@ -20,6 +22,8 @@ from seqkeeper.topics import Record, create_topics, read_topic
 from seqkeeper.worker import WorkerProcess
 
 pytestmark = pytest.mark.integration
+
+SCHEMAS = Path(__file__).resolve().parents[2] / "schemas"
 
 
 def event(key: str, seq: int, mid: str | None = None) -> tuple[bytes, bytes]:
@@ -101,6 +105,8 @@ def test_gap_timeout_late_arrival_conflict_and_overflow_skip(make_settings, tmp_
         assert seqs(ordered, "conflict") == [1]
         dlq = wait_for(s, s.dlq_topic, lambda r: len(r) >= 1, worker)
         assert [(r.key, r.header(REASON)) for r in dlq] == [(b"conflict", b"sequence-conflict")]
+        schema = json.loads((SCHEMAS / "dead-letter-headers.schema.json").read_text())
+        Draft202012Validator(schema).validate({k: v.decode() for k, v in dlq[0].headers})
         # the given-up sequence arrives after all: routed to the late topic
         asyncio.run(publish(s.broker, s.input_topic, [event("gap", 3)]))
         late = wait_for(s, s.late_topic, lambda r: len(r) == 1, worker)

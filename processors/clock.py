@@ -1,0 +1,52 @@
+"""Stream time per partition: the clock the gap timeout and seen-id ages use.
+
+While a partition has a backlog, its stream time follows the timestamps of
+the records as they are processed, so a gap is timed by how far the data has
+moved past it, not by how long the worker needs to read the backlog (with a
+wall clock, a worker catching up on 100,000 records gave up hundreds of gaps
+whose missing message was only a few thousand records further on). Once the
+partition is caught up (nothing left to read) and has been quiet for
+``IDLE_GRACE`` seconds, stream time moves on with the wall clock, so a
+permanent gap at the end of the data still times out.
+
+Invariants (``tests/processors/test_clock.py``): stream time never goes
+backwards; with a backlog it is the newest record time seen; caught up and
+quiet, it advances exactly as the wall clock does after the grace.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+#: Seconds a caught-up partition must be quiet before its time follows the wall clock.
+IDLE_GRACE = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class StreamClock:
+    """Stream time (seconds) and the wall time it last moved at."""
+
+    time: float | None = None
+    moved_at: float = 0.0
+
+    def observe(self, record_time: float | None, wall: float) -> StreamClock:
+        """The clock after processing a record with this timestamp at ``wall``."""
+        if self.time is None:
+            return StreamClock(wall if record_time is None else record_time, wall)
+        if record_time is None:
+            return StreamClock(self.time, wall)
+        return StreamClock(max(self.time, record_time), wall)
+
+    def idle(self, wall: float) -> StreamClock:
+        """The partition is caught up: past the grace, time follows the wall clock."""
+        if self.time is None:
+            return StreamClock(wall, wall)
+        extra = wall - self.moved_at - IDLE_GRACE
+        if extra <= 0:
+            return self
+        return StreamClock(self.time + extra, wall - IDLE_GRACE)
+
+    def now(self, wall: float) -> float:
+        """Stream time; before the first record (and not caught up) nothing is
+        due yet, so it is minus infinity."""
+        return float("-inf") if self.time is None else self.time

@@ -1,0 +1,37 @@
+from hypothesis import given
+from hypothesis import strategies as st
+
+from processors.clock import IDLE_GRACE, StreamClock
+
+steps = st.lists(
+    st.tuples(st.floats(0, 5), st.none() | st.floats(0, 1e6), st.booleans()),
+    max_size=40,
+)  # (wall step, record time or none, caught up and ticking instead of a record)
+
+
+@given(st.floats(0, 1e6), steps)
+def test_stream_time_never_goes_backwards(start: float, events) -> None:
+    clock, wall, last = StreamClock(), start, None
+    for step, record_time, tick in events:
+        wall += step
+        clock = clock.idle(wall) if tick else clock.observe(record_time, wall)
+        now = clock.now(wall)
+        assert last is None or now >= last - 1e-9
+        last = now
+
+
+@given(st.floats(0, 1e6), st.floats(0, 100), st.floats(0, 100))
+def test_caught_up_and_quiet_it_follows_the_wall_clock(t: float, quiet: float, more: float) -> None:
+    clock = StreamClock().observe(t, 1000.0)
+    assert clock.idle(1000.0 + min(quiet, IDLE_GRACE)).now(0) == t  # a short pause is not idleness
+    a = clock.idle(1000.0 + IDLE_GRACE + quiet)
+    b = a.idle(1000.0 + IDLE_GRACE + quiet + more)
+    assert abs(a.now(0) - (t + quiet)) < 1e-6 and abs(b.now(0) - (t + quiet + more)) < 1e-6
+
+
+def test_backlog_follows_record_times_not_processing_speed() -> None:
+    clock = StreamClock()
+    # 1,000 records produced 1 ms apart, processed 10 ms apart by a slow worker
+    for i in range(1000):
+        clock = clock.observe(100.0 + i * 0.001, 500.0 + i * 0.01)
+    assert abs(clock.now(510.0) - 100.999) < 1e-9
