@@ -108,7 +108,7 @@ def demo(
     gap_timeout: Annotated[
         float,
         typer.Option(help="Worker gap timeout in seconds: permanent gaps are given up after it."),
-    ] = 30.0,
+    ] = 10.0,
 ) -> None:
     """The main job: publish a messy workload, run the worker, verify the output."""
     from seqkeeper.demo import DemoOptions, run_demo
