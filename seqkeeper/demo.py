@@ -19,7 +19,7 @@ from seqkeeper.settings import Settings
 from seqkeeper.topics import create_topics, end_offsets_of, read_topic
 from seqkeeper.verify import Report, verify
 from seqkeeper.worker import WorkerProcess, broker_for
-from seqkeeper.workload import generate
+from seqkeeper.workload import Workload, generate
 
 
 @dataclass
@@ -32,6 +32,17 @@ class DemoOptions:
     seed: int = 7
     timeout: float = 600.0
     quiet: bool = False
+
+    def workload(self) -> Workload:
+        """The (deterministic) workload these options describe."""
+        return generate(
+            self.messages,
+            self.keys,
+            self.duplicate_rate,
+            self.malformed,
+            seed=self.seed,
+            lost=self.lost,
+        )
 
 
 def _progress(console: Console) -> Progress:
@@ -129,14 +140,7 @@ def run_demo(settings: Settings, options: DemoOptions) -> int:
     """Run the demo; return the process exit code (0 only if verified)."""
     console = Console(quiet=options.quiet)
     started = time.monotonic()
-    workload = generate(
-        options.messages,
-        options.keys,
-        options.duplicate_rate,
-        options.malformed,
-        seed=options.seed,
-        lost=options.lost,
-    )
+    workload = options.workload()
     with (
         broker_for(settings) as settings,
         tempfile.TemporaryDirectory(prefix="seqkeeper-demo-") as tmp,

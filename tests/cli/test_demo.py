@@ -9,7 +9,6 @@ from typer.testing import CliRunner
 from seqkeeper.cli import app
 from seqkeeper.demo import DemoOptions, run_demo
 from seqkeeper.topics import read_topic
-from seqkeeper.workload import generate
 
 pytestmark = pytest.mark.integration
 
@@ -20,14 +19,7 @@ def test_demo_passes_verification_with_every_gap_given_up(make_settings) -> None
     assert run_demo(settings, options) == 0
     # The permanent gaps (lost messages that have a successor) were given up:
     # the demo only passes once nothing waits behind them.
-    w = generate(
-        options.messages,
-        options.keys,
-        options.duplicate_rate,
-        options.malformed,
-        seed=options.seed,
-        lost=options.lost,
-    )
+    w = options.workload()
     delivered: dict[bytes, set[int]] = {}
     for key, value in w.records:
         try:
