@@ -28,7 +28,7 @@ that a broker that fixes it is noticed.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
@@ -109,7 +109,3 @@ def as_topic_partitions(topic: str, partitions: int | Iterable[int]) -> list[Top
     numbers = range(partitions) if isinstance(partitions, int) else partitions
     return [TopicPartition(topic, p) for p in numbers]
 
-
-def lag(ends: Mapping[TopicPartition, int], positions: Mapping[TopicPartition, int]) -> int:
-    """Records between ``positions`` and ``ends`` over all partitions."""
-    return sum(max(0, end - positions.get(tp, 0)) for tp, end in ends.items())
