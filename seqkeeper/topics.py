@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
@@ -77,28 +77,21 @@ async def end_offsets_of(bootstrap: str, topics: Iterable[str]) -> dict[TopicPar
         await consumer.stop()
 
 
-async def read_topic(
-    bootstrap: str,
-    topic: str,
-    on_progress: Callable[[int], None] | None = None,
-) -> list[Record]:
+async def read_topic(bootstrap: str, topic: str) -> list[Record]:
     """Every record of ``topic`` up to its exact end, partition by partition."""
-    ends = await end_offsets_of(bootstrap, [topic])
     consumer = AIOKafkaConsumer(
         bootstrap_servers=bootstrap,
         enable_auto_commit=False,
         max_poll_records=10_000,
-        fetch_max_wait_ms=50,
+        fetch_max_wait_ms=20,
     )
     await consumer.start()
     records: list[Record] = []
     try:
-        todo = {tp: end for tp, end in ends.items()}
-        if not todo:
-            return records
-        consumer.assign(list(todo))
-        begin = await consumer.beginning_offsets(list(todo))
-        for tp in list(todo):
+        tps = await topic_partitions(consumer, topic)
+        todo = await high_watermarks(consumer, tps)  # assigns ``tps``
+        begin = await consumer.beginning_offsets(tps)
+        for tp in tps:
             if begin[tp] >= todo[tp]:
                 del todo[tp]
             else:
@@ -123,8 +116,6 @@ async def read_topic(
                             m.timestamp,
                         )
                     )
-                if on_progress is not None:
-                    on_progress(len(records))
                 if await consumer.position(tp) >= end:
                     del todo[tp]
                     consumer.pause(tp)
