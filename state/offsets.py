@@ -108,4 +108,3 @@ def as_topic_partitions(topic: str, partitions: int | Iterable[int]) -> list[Top
     """``TopicPartition`` objects for a topic's partitions (a count or numbers)."""
     numbers = range(partitions) if isinstance(partitions, int) else partitions
     return [TopicPartition(topic, p) for p in numbers]
-

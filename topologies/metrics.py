@@ -31,5 +31,5 @@ class Metrics:
             "seqkeeper_dead_lettered", "Records dead-lettered", ["reason"], registry=r
         )
         self.lag = Gauge(
-            "seqkeeper_consumer_lag", "Input records not yet consumed", ["partition"], registry=r
+            "seqkeeper_consumer_lag", "Input records not yet processed", ["partition"], registry=r
         )

@@ -118,11 +118,19 @@ class OrderedTopology:
         self.after(partition, message.key, step, state)
 
     # -- timers ------------------------------------------------------------
-    def on_tick(self, highwaters: dict[int, int | None], wall: float) -> None:
-        """Timer: ``highwaters`` are the owned input partitions' ends as last
-        fetched; a partition processed up to its end is caught up, and only
-        then does its stream time follow the wall clock."""
-        for partition, highwater in highwaters.items():
+    def on_tick(self, positions: dict[int, tuple[int | None, int | None]], wall: float) -> None:
+        """Timer. ``positions``: for each owned input partition, its end as
+        last fetched and the offset the consumer last read. A partition
+        processed up to its end is caught up, and only then does its stream
+        time follow the wall clock. Until this worker processes a record of a
+        partition, it counts as far as the consumer's position (the committed
+        offset after an assignment)."""
+        for partition, (highwater, read) in positions.items():
+            if partition not in self.processed and read is not None:
+                self.processed[partition] = read - 1
+            if highwater is not None:
+                lag = highwater - (self.processed.get(partition, -1) + 1)
+                self.metrics.lag.labels(str(partition)).set(max(0, lag))
             clock = self.clocks.get(partition, StreamClock())
             if highwater is not None and highwater <= self.processed.get(partition, -1) + 1:
                 clock = self.clocks[partition] = clock.idle(wall)
@@ -253,16 +261,13 @@ def build_app(settings: Settings) -> faust.App:
     topology = OrderedTopology(settings, stores, send, topics)
     app.seqkeeper = topology  # type: ignore[attr-defined]
 
-    def owned_partitions() -> set[int]:
-        return {
-            tp.partition
-            for tp in app.assignor.assigned_actives()
-            if tp.topic == settings.input_topic
-        }
+    def owned() -> list[Any]:
+        """This worker's active input partitions (TPs)."""
+        return [tp for tp in app.assignor.assigned_actives() if tp.topic == settings.input_topic]
 
     @key_state.on_recover  # type: ignore[untyped-decorator]
     async def rebuild_index() -> None:
-        topology.on_assigned(owned_partitions())
+        topology.on_assigned({tp.partition for tp in owned()})
 
     @app.agent(source)
     async def resequence(stream: Any) -> None:
@@ -276,28 +281,13 @@ def build_app(settings: Settings) -> faust.App:
     async def gap_timeouts() -> None:
         if not app.rebalancing:
             consumer = app.consumer
-            ends: dict[int, int | None] = {}
-            for tp in app.assignor.assigned_actives():
-                if tp.topic == settings.input_topic:
-                    ends[tp.partition] = consumer.highwater(tp)
-                    # Until this worker processes a record of the partition, it
-                    # is as far as the consumer's position (the committed offset).
-                    read = consumer._read_offset.get(tp)
-                    if tp.partition not in topology.processed and read is not None:
-                        topology.processed[tp.partition] = read - 1
-            topology.on_tick(ends, time.time())
-
-    @app.timer(5.0)
-    async def consumer_lag() -> None:
-        consumer = app.consumer
-        for tp in app.assignor.assigned_actives():
-            if tp.topic != settings.input_topic:
-                continue
-            highwater = consumer.highwater(tp)
-            read = consumer._read_offset.get(tp)  # last offset handed to the agent
-            if highwater is not None:
-                lag = highwater - (read + 1 if read is not None else 0)
-                topology.metrics.lag.labels(str(tp.partition)).set(max(0, lag))
+            topology.on_tick(
+                {
+                    tp.partition: (consumer.highwater(tp), consumer._read_offset.get(tp))
+                    for tp in owned()
+                },
+                time.time(),
+            )
 
     @app.page("/metrics")
     async def metrics(web: Any, request: Any) -> Any:

@@ -121,6 +121,10 @@ def test_gap_timeout_late_arrival_conflict_and_overflow_skip(make_settings, tmp_
         assert b'seqkeeper_dead_lettered_total{reason="sequence-conflict"} 1.0' in metrics
         assert b"seqkeeper_duplicates_dropped_total 0.0" in metrics
         assert b"seqkeeper_messages_buffered 0.0" in metrics
+        lags = [
+            line for line in metrics.splitlines() if line.startswith(b"seqkeeper_consumer_lag{")
+        ]
+        assert lags and all(line.endswith(b" 0.0") for line in lags), lags  # all processed
     finally:
         assert worker.stop() == 0
 
