@@ -9,6 +9,14 @@ accepted; the oldest are forgotten when the key remembers more than
 time, and by :func:`sweep` for keys that went quiet). Time is an argument,
 never read from a clock.
 
+Crash replays: each remembered id keeps the input position (``source``, the
+offset in its partition) of the copy that was accepted. When that very
+record comes again (the input is replayed from the last committed offset
+after a crash), the decision says ``replay``: the shell emits its output
+again (the same bytes, so a downstream idempotent receiver drops it) instead
+of dropping it as a redelivery, because the first emission may not have
+reached the broker.
+
 What a forgotten id means: a redelivery that arrives after its id was
 forgotten is no longer recognised here. The Resequencer still never releases
 a sequence twice (it is below ``next_expected``), so such a copy is
@@ -26,7 +34,7 @@ Invariants (checked by ``tests/processors/test_deduplicator.py``):
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from processors.envelope import Message
 
@@ -55,10 +63,19 @@ class SeenWindow:
         return self.tail - self.head
 
 
+class Seen(NamedTuple):
+    """A remembered id: FIFO position, when it was accepted, and the input
+    position of the accepted copy (``-1`` when unknown)."""
+
+    position: int
+    accepted_at: float
+    source: int
+
+
 class SeenLog(Protocol):
     """Read access to one key's remembered ids."""
 
-    def __contains__(self, message_id: object, /) -> bool: ...
+    def get(self, message_id: str, /) -> Seen | None: ...
 
     def at(self, position: int, /) -> tuple[str, float] | None:
         """``(messageId, accepted_at)`` at a FIFO position, if remembered."""
@@ -68,13 +85,16 @@ class SeenLog(Protocol):
 @dataclass(frozen=True, slots=True)
 class DedupDecision:
     """``accepted``: pass the message on; persist ``window``, store
-    ``remember`` (position, id, time) and delete ``forget`` (position, id)."""
+    ``remember`` (id, :class:`Seen`) and delete ``forget`` (position, id).
+    ``replay``: not accepted, but the very copy that was accepted, offered
+    again (emit its output again)."""
 
     accepted: bool
     message_id: str
     window: SeenWindow
-    remember: tuple[int, str, float] | None = None
+    remember: tuple[str, Seen] | None = None
     forget: tuple[tuple[int, str], ...] = ()
+    replay: bool = False
 
 
 def offer(
@@ -83,10 +103,14 @@ def offer(
     message: Message,
     now: float,
     retention: Retention = Retention(),
+    source: int = -1,
 ) -> DedupDecision:
-    """Decide on ``message`` given the ids remembered for its key."""
-    if message.message_id in seen:
-        return DedupDecision(False, message.message_id, window)
+    """Decide on ``message`` (read from input position ``source``) given the
+    ids remembered for its key."""
+    known = seen.get(message.message_id)
+    if known is not None:
+        replay = source >= 0 and known.source == source
+        return DedupDecision(False, message.message_id, window, replay=replay)
     position = window.tail
     head, tail = window.head, window.tail + 1
     forget: list[tuple[int, str]] = []
@@ -100,7 +124,7 @@ def offer(
         True,
         message.message_id,
         SeenWindow(head, tail),
-        remember=(position, message.message_id, now),
+        remember=(message.message_id, Seen(position, now, source)),
         forget=tuple(forget),
     )
 

@@ -2,11 +2,19 @@
 policies for gaps, capacity and late arrivals.
 
 State per key (:class:`KeyState`): ``next_expected`` (the next sequence to
-release), how many messages wait in the ``reorder_buffer``, since when the
-head gap has blocked them (``gap_since``), and the most recent sequence
-ranges given up (``skipped``). The buffer itself (sequence -> message) is
-read through :class:`BufferLookup` by exact sequence or by "first buffered
-sequence after", never as a whole.
+release), how many messages wait in the reorder buffer, since when the head
+gap has blocked them (``gap_since``), the sequence ranges given up
+(``skipped``) and ``confirmed``: every emission below it is known to be
+durable downstream. The buffer itself (sequence -> message) is read through
+:class:`BufferLookup` by exact sequence or by "first buffered sequence
+after", never as a whole.
+
+Crash consistency (write-ahead, like an outbox): every accepted message is
+put in the buffer, and a released one stays there until :func:`confirm`
+(called once its emission is durable) deletes it. So ``confirmed ..
+next_expected - 1`` can always be emitted again, byte for byte and in order,
+by :func:`pending` (ranges given up there are kept unmerged for the same
+reason: a re-emitted marker is identical to the first one).
 
 Rules:
 
@@ -22,7 +30,8 @@ Rules:
   sequence lies in a range given up (routed by the late policy: ``dlq``,
   ``drop`` or ``late-topic``), otherwise a sequence conflict (dead letter:
   the first message of a sequence wins). Ranges given up are remembered per
-  key up to ``remembered_skips``; older ones count as conflicts.
+  key up to ``remembered_skips`` (and all of those not yet confirmed);
+  older ones count as conflicts.
 
 Invariants (checked by ``tests/processors/test_resequencer.py``):
 
@@ -30,8 +39,9 @@ Invariants (checked by ``tests/processors/test_resequencer.py``):
   increasing and contiguous from the key's first sequence: no sequence is
   released twice, out of order, or both released and skipped.
 * Every offered message is accounted for exactly once: released (now or
-  later), still buffered, or rejected with a reason and a route.
-* The buffer never holds more than the capacity allows.
+  later), still waiting, or rejected with a reason and a route.
+* The messages waiting never exceed the capacity (released messages kept
+  until confirmed do not count: :func:`confirm` bounds them).
 * Cost per call is proportional to what it releases, plus at most one
   "first after" lookup; never to the buffer size. State changes come back as
   a delta (puts, deletes, the new small key state), never as a new buffer.
@@ -52,6 +62,9 @@ FIRST_SEQ = 1
 GAP_SKIPPED = "seqkeeper.GapSkipped"
 
 Route = Literal["dlq", "late", "drop"]
+#: Rejection reason (route ``drop``, never dead-lettered) of a copy of a
+#: released message whose id the Idempotent Receiver no longer remembered.
+DUPLICATE = "duplicate"
 
 
 class BufferLookup(Protocol):
@@ -86,12 +99,14 @@ class Policy:
 
 @dataclass(frozen=True, slots=True)
 class KeyState:
-    """The small per-key record; the buffer entries are stored apart."""
+    """The small per-key record; the buffer entries are stored apart.
+    ``buffered`` counts the messages waiting (``seq >= next_expected``)."""
 
     next_expected: int | None = None
     buffered: int = 0
     gap_since: float | None = None
     skipped: tuple[tuple[int, int], ...] = ()
+    confirmed: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,22 +147,19 @@ class Rejection:
 @dataclass(frozen=True, slots=True)
 class Step:
     """The outcome of one call: the new key state, buffer changes to persist,
-    and what to emit on the ordered topic, in order."""
+    what to emit on the ordered topic (in order), and the change of the
+    number of waiting messages (for the total count)."""
 
     state: KeyState
     emitted: tuple[Emission, ...] = ()
     buffer_put: Message | None = None
     buffer_deletes: tuple[int, ...] = field(default=())
     rejected: Rejection | None = None
+    buffered_delta: int = 0
 
     @property
     def released(self) -> tuple[Message, ...]:
         return tuple(e for e in self.emitted if isinstance(e, Message))
-
-    @property
-    def buffered_delta(self) -> int:
-        """Change of the number of buffered messages (for the total count)."""
-        return (1 if self.buffer_put is not None else 0) - len(self.buffer_deletes)
 
 
 def _start(state: KeyState, seq: int, policy: Policy) -> int:
@@ -156,27 +168,28 @@ def _start(state: KeyState, seq: int, policy: Policy) -> int:
     return seq if policy.first_seq == "first-seen" else FIRST_SEQ
 
 
-def _remember(
-    skipped: tuple[tuple[int, int], ...], first: int, last: int, keep: int
+def _prune(
+    skipped: tuple[tuple[int, int], ...], confirmed: int, keep: int
 ) -> tuple[tuple[int, int], ...]:
-    if skipped and skipped[-1][1] + 1 == first:  # adjacent: merge
-        merged = (*skipped[:-1], (skipped[-1][0], last))
-    else:
-        merged = (*skipped, (first, last))
-    return merged[-keep:] if keep > 0 else ()
+    """Keep the ``keep`` most recent ranges given up and every range not yet
+    confirmed (it may have to be emitted again)."""
+    drop = 0
+    while len(skipped) - drop > keep and skipped[drop][1] < confirmed:
+        drop += 1
+    return skipped[drop:]
 
 
 class _Run:
-    """Accumulates one call's emissions and buffer deletes."""
+    """Accumulates one call's emissions."""
 
     def __init__(self, key: str, buffer: BufferLookup, nxt: int, state: KeyState) -> None:
         self.key = key
         self.buffer = buffer
         self.next = nxt
+        self.confirmed = nxt if state.confirmed is None else state.confirmed
         self.buffered = state.buffered
         self.skipped = state.skipped
         self.emitted: list[Emission] = []
-        self.deletes: list[int] = []
 
     def release(self, message: Message) -> None:
         self.emitted.append(message)
@@ -184,7 +197,6 @@ class _Run:
 
     def drain(self) -> None:
         while (held := self.buffer.get(self.next)) is not None:
-            self.deletes.append(held.seq)
             self.buffered -= 1
             self.release(held)
 
@@ -192,7 +204,9 @@ class _Run:
         """Give up ``next .. seq-1`` (emit the marker); ``seq`` is next."""
         if seq > self.next:
             self.emitted.append(GapSkipped(self.key, self.next, seq - 1))
-            self.skipped = _remember(self.skipped, self.next, seq - 1, policy.remembered_skips)
+            self.skipped = _prune(
+                (*self.skipped, (self.next, seq - 1)), self.confirmed, policy.remembered_skips
+            )
             self.next = seq
 
     def state(self, now: float, before: KeyState) -> KeyState:
@@ -202,7 +216,16 @@ class _Run:
             gap_since = now  # a new head gap starts blocking now
         else:
             gap_since = before.gap_since
-        return KeyState(self.next, self.buffered, gap_since, self.skipped)
+        return KeyState(self.next, self.buffered, gap_since, self.skipped, self.confirmed)
+
+    def step(self, now: float, before: KeyState, put: Message | None = None) -> Step:
+        state = self.state(now, before)
+        return Step(
+            state,
+            tuple(self.emitted),
+            buffer_put=put,
+            buffered_delta=state.buffered - before.buffered,
+        )
 
 
 def offer(
@@ -221,10 +244,22 @@ def offer(
     seq = message.seq
     nxt = _start(state, seq, policy)
     if seq < nxt:
+        held = buffer.get(seq)
+        if held is not None and held.message_id == message.message_id:
+            return Step(
+                state,
+                rejected=Rejection(
+                    DUPLICATE,
+                    f"key {message.key!r} seq {seq}: messageId {message.message_id!r} "
+                    "was already released",
+                    "drop",
+                ),
+            )
         return Step(state, rejected=_late_or_conflict(state, message, nxt, policy))
+    run = _Run(message.key, buffer, nxt, state)
     if seq > nxt:
         held = buffer.get(seq)
-        if held is not None:
+        if held is not None and held.message_id != message.message_id:
             return Step(
                 state,
                 rejected=Rejection(
@@ -233,14 +268,15 @@ def offer(
                     f"{held.message_id!r}; the first one wins",
                 ),
             )
-        full = (
+        # The same messageId held but not counted (a write cut short by a
+        # crash): buffer it again, it takes no new room.
+        full = held is None and (
             state.buffered >= policy.max_buffered_per_key
             or total_buffered >= policy.max_buffered_total
         )
         if not full:
-            run = _Run(message.key, buffer, nxt, state)
             run.buffered += 1
-            return Step(run.state(now, state), buffer_put=message)
+            return run.step(now, state, message)
         if policy.overflow == "dlq":
             return Step(
                 state,
@@ -253,29 +289,18 @@ def offer(
                 ),
             )
         # Overflow policy "skip": give up the head gap now, as a timeout would.
-        run = _Run(message.key, buffer, nxt, state)
         lowest = buffer.first_after(nxt - 1)
         if lowest is None or seq < lowest:
             run.skip_to(seq, policy)
-            run.release(message)
-            run.drain()
-            return Step(
-                run.state(now, state), tuple(run.emitted), buffer_deletes=tuple(run.deletes)
-            )
-        run.skip_to(lowest, policy)
-        run.drain()
-        put: Message | None = None
-        if seq == run.next:
-            run.release(message)
-            run.drain()
         else:
-            put = message
-            run.buffered += 1
-        return Step(run.state(now, state), tuple(run.emitted), put, tuple(run.deletes))
-    run = _Run(message.key, buffer, nxt, state)
+            run.skip_to(lowest, policy)
+            run.drain()
+            if seq != run.next:
+                run.buffered += 1
+                return run.step(now, state, message)
     run.release(message)
     run.drain()
-    return Step(run.state(now, state), tuple(run.emitted), buffer_deletes=tuple(run.deletes))
+    return run.step(now, state, message)
 
 
 def gap_deadline(state: KeyState, policy: Policy) -> float | None:
@@ -296,10 +321,56 @@ def expire(
     run = _Run(key, buffer, state.next_expected, state)
     if lowest is None:  # the count said otherwise: trust the buffer
         run.buffered = 0
-        return Step(run.state(now, state))
+        return run.step(now, state)
     run.skip_to(lowest, policy)
     run.drain()
-    return Step(run.state(now, state), tuple(run.emitted), buffer_deletes=tuple(run.deletes))
+    return run.step(now, state)
+
+
+def pending(key: str, state: KeyState, buffer: BufferLookup) -> tuple[list[Emission], list[int]]:
+    """What was emitted but is not confirmed (``confirmed .. next_expected-1``),
+    in the original order and byte for byte, to emit again after a crash or
+    when another worker takes the key over; and the sequences that should be
+    there but are not (always empty unless the store lost writes)."""
+    if state.next_expected is None or state.confirmed is None:
+        return [], []
+    starts = dict(state.skipped)
+    out: list[Emission] = []
+    missing: list[int] = []
+    seq = state.confirmed
+    while seq < state.next_expected:
+        last = starts.get(seq)
+        if last is not None:
+            out.append(GapSkipped(key, seq, last))
+            seq = last + 1
+            continue
+        held = buffer.get(seq)
+        if held is None:
+            missing.append(seq)
+        else:
+            out.append(held)
+        seq += 1
+    return out, missing
+
+
+def confirm(state: KeyState, buffer: BufferLookup, upto: int, policy: Policy = Policy()) -> Step:
+    """Everything emitted below ``upto`` is durable: advance ``confirmed``
+    and delete the released messages below it from the buffer (also ones a
+    crash left behind below the old ``confirmed``)."""
+    if state.next_expected is None:
+        return Step(state)
+    upto = min(upto, state.next_expected)
+    deletes: list[int] = []
+    seq = buffer.first_after(0)
+    while seq is not None and seq < upto:
+        deletes.append(seq)
+        seq = buffer.first_after(seq)
+    confirmed = max(upto, state.confirmed or 0)
+    if confirmed == state.confirmed and not deletes:
+        return Step(state)
+    skipped = _prune(state.skipped, confirmed, policy.remembered_skips)
+    new = KeyState(state.next_expected, state.buffered, state.gap_since, skipped, confirmed)
+    return Step(new, buffer_deletes=tuple(deletes))
 
 
 def _late_or_conflict(state: KeyState, message: Message, nxt: int, policy: Policy) -> Rejection:

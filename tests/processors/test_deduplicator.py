@@ -4,7 +4,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from processors import deduplicator
-from processors.deduplicator import EVICT_PER_ACCEPT, Retention, SeenWindow
+from processors.deduplicator import EVICT_PER_ACCEPT, Retention, Seen, SeenWindow
 from processors.envelope import Message
 
 
@@ -12,12 +12,12 @@ class Log:
     """In-memory SeenLog, applied like the shell applies decisions."""
 
     def __init__(self) -> None:
-        self.ids: dict[str, int] = {}
+        self.ids: dict[str, Seen] = {}
         self.fifo: dict[int, tuple[str, float]] = {}
         self.window = SeenWindow()
 
-    def __contains__(self, message_id: object) -> bool:
-        return message_id in self.ids
+    def get(self, message_id: str) -> Seen | None:
+        return self.ids.get(message_id)
 
     def at(self, position: int) -> tuple[str, float] | None:
         return self.fifo.get(position)
@@ -26,18 +26,19 @@ class Log:
         d = deduplicator.offer(self, self.window, Message("k", mid, 1, "t", b""), now, retention)
         assert d.message_id == mid
         if d.accepted:
-            assert d.remember is not None and d.remember[0] == self.window.tail
+            assert d.remember is not None and d.remember[1].position == self.window.tail
             aged = [f for f in d.forget if f[0] >= self.window.tail + 1 - retention.max_per_key]
             assert len(aged) <= EVICT_PER_ACCEPT
             for position, forgotten in d.forget:
                 assert self.fifo.pop(position)[0] == forgotten
                 del self.ids[forgotten]
-            position, rid, t = d.remember
-            self.fifo[position] = (rid, t)
-            self.ids[rid] = position
+            rid, seen = d.remember
+            self.fifo[seen.position] = (rid, seen.accepted_at)
+            self.ids[rid] = seen
             self.window = d.window
         else:
             assert d.window == self.window and d.remember is None and not d.forget
+            assert not d.replay  # no source given
         assert self.window.size == len(self.fifo) == len(self.ids)
         assert self.window.size <= retention.max_per_key
         return d.accepted
@@ -55,7 +56,7 @@ def test_remembered_ids_are_dropped_and_memory_is_bounded(
     log = Log()
     seen_ever: set[str] = set()
     for t, mid in enumerate(arrivals):
-        remembered = mid in log
+        remembered = log.get(mid) is not None
         accepted = log.offer(mid, float(t), retention)
         assert accepted == (not remembered)  # dropped exactly while remembered
         if mid not in seen_ever:
@@ -79,3 +80,15 @@ def test_age_eviction_and_sweep() -> None:
     window, forget = deduplicator.sweep(log, log.window, 100.0, retention, limit=10)
     assert [mid for _, mid in forget] == ["old2", "old3", "old4"]
     assert window == SeenWindow(5, 6)
+
+
+def test_the_accepted_copy_offered_again_is_a_replay_not_a_redelivery() -> None:
+    log = Log()
+    m = Message("k", "a", 1, "t", b"")
+    first = deduplicator.offer(log, log.window, m, 0.0, Retention(), source=7)
+    assert first.accepted and first.remember == ("a", Seen(0, 0.0, 7))
+    log.ids["a"] = first.remember[1]
+    again = deduplicator.offer(log, first.window, m, 1.0, Retention(), source=7)
+    other = deduplicator.offer(log, first.window, m, 1.0, Retention(), source=9)
+    assert (again.accepted, again.replay) == (False, True)
+    assert (other.accepted, other.replay) == (False, False)

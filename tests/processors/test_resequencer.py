@@ -32,6 +32,9 @@ class Model:
     )
     rejected: list[tuple[Message, resequencer.Rejection]] = field(default_factory=list)
     total: int = 0
+    #: per key: how many emissions are confirmed (durable downstream)
+    confirmed: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    snapshots: list[dict[str, tuple[int, int]]] = field(default_factory=list)
 
     def apply(self, key: str, step: Step) -> None:
         buf = self.buffers[key]
@@ -42,9 +45,37 @@ class Model:
             del buf[seq]
         self.total += step.buffered_delta
         self.states[key] = step.state
-        assert step.state.buffered == len(buf), (step, sorted(buf))
+        nxt = step.state.next_expected or 0
+        assert step.state.buffered == sum(1 for s in buf if s >= nxt), (step, sorted(buf))
         assert all(getattr(e, "key", key) == key for e in step.emitted)
         self.emitted[key] += step.emitted
+        self.check_pending(key)
+
+    def check_pending(self, key: str) -> None:
+        """The crash-consistency invariant: what is not confirmed can be
+        emitted again, exactly as it was first emitted."""
+        again, missing = resequencer.pending(key, self.states[key], self.buffers[key])
+        assert missing == []
+        assert again == self.emitted[key][self.confirmed[key] :]
+
+    def snapshot(self) -> None:
+        """What the shell does before a flush: note each key's position."""
+        self.snapshots.append(
+            {k: (s.next_expected or 0, len(self.emitted[k])) for k, s in self.states.items()}
+        )
+
+    def confirm_oldest(self) -> None:
+        """What the shell does once the flush after a snapshot completed."""
+        if not self.snapshots:
+            return
+        for key, (upto, count) in self.snapshots.pop(0).items():
+            step = resequencer.confirm(self.states[key], self.buffers[key], upto, self.policy)
+            assert step.emitted == () and step.buffered_delta == 0
+            self.confirmed[key] = max(self.confirmed[key], count)
+            self.apply(key, step)
+            # never more than the remembered ranges plus the unconfirmed ones
+            unconfirmed = [r for r in self.states[key].skipped if r[1] >= upto]
+            assert len(self.states[key].skipped) <= self.policy.remembered_skips + len(unconfirmed)
 
     def offer(self, m: Message, now: float) -> None:
         state = self.states.get(m.key, KeyState())
@@ -90,20 +121,34 @@ policies = st.builds(
 
 
 @settings(max_examples=300)
-@given(streams(), policies, st.lists(st.booleans(), min_size=60, max_size=60))
-def test_invariants(messages: list[Message], policy: Policy, ticks: list[bool]) -> None:
+@given(
+    streams(),
+    policies,
+    st.lists(st.sampled_from(["", "tick", "snapshot", "confirm"]), min_size=60, max_size=60),
+)
+def test_invariants(messages: list[Message], policy: Policy, actions: list[str]) -> None:
     model = Model(policy)
     now = 0.0
     for i, m in enumerate(messages):
         now += 0.25
         model.offer(m, now)
-        if ticks[i % len(ticks)]:
+        action = actions[i % len(actions)]
+        if action == "tick":
             model.tick(now)
-        # capacity
-        assert all(len(b) <= policy.max_buffered_per_key for b in model.buffers.values())
+        elif action == "snapshot":
+            model.snapshot()
+        elif action == "confirm":
+            model.confirm_oldest()
+        # capacity (of the messages waiting)
+        for key, buf in model.buffers.items():
+            waiting = sum(1 for s in buf if s >= (model.states[key].next_expected or 0))
+            assert waiting <= policy.max_buffered_per_key
         assert model.total <= policy.max_buffered_total
     for j in range(1, 30):  # timeouts give every gap up, one head gap per timeout
         model.tick(now + 1e10 * j)
+    model.snapshot()
+    while model.snapshots:
+        model.confirm_oldest()
 
     first_seen: dict[str, int] = {}
     for m in messages:
@@ -121,7 +166,7 @@ def test_invariants(messages: list[Message], policy: Policy, ticks: list[bool]) 
                 released_ids.add(item.message_id)
                 expected += 1
         assert model.states[key].next_expected == expected
-    # every message accounted for exactly once
+    # every message accounted for exactly once; a confirm leaves only waiters
     buffered = sum(len(b) for b in model.buffers.values())
     assert len(released_ids) + buffered + len(model.rejected) == len(messages)
     if policy.gap_timeout < 1e9:
@@ -174,7 +219,7 @@ def test_gap_timeout_emits_marker_then_drains() -> None:
         b'{"messageId":"seqkeeper.gap:k:1-2","seq":1,"type":"seqkeeper.GapSkipped",'
         b'"data":{"from":1,"to":2}}'
     )
-    assert released == msg(3) and step.state == KeyState(4, 0, None, ((1, 2),))
+    assert released == msg(3) and step.state == KeyState(4, 0, None, ((1, 2),), 1)
     late = resequencer.offer(step.state, DictBuffer(), msg(2, "late"), 16.0, policy)
     assert late.rejected is not None and late.rejected.reason == Reason.LATE_ARRIVAL
 
@@ -184,8 +229,8 @@ def test_overflow_skip_gives_up_the_gap_early() -> None:
     policy = Policy(max_buffered_per_key=1, overflow="skip")
     step = resequencer.offer(KeyState(1, 1, 0.0), buf, msg(5), 1.0, policy)
     assert [type(e).__name__ for e in step.emitted] == ["GapSkipped", "Message"]
-    assert step.buffer_put == msg(5) and step.buffer_deletes == (3,)
-    assert step.state == KeyState(4, 1, 1.0, ((1, 2),))
+    assert step.buffer_put == msg(5) and step.buffer_deletes == ()
+    assert step.state == KeyState(4, 1, 1.0, ((1, 2),), 1)
 
 
 def test_overflow_dlq_rejects() -> None:
@@ -212,3 +257,36 @@ def test_drain_reads_only_what_it_releases(depth: int) -> None:
     step = resequencer.offer(step.state, buf, msg(2), 1.0)
     assert len(step.released) == depth + 1 and step.state.buffered == 0
     assert CountingBuffer.reads == depth + 1  # one miss ends the drain
+
+
+def test_released_messages_stay_until_confirmed_and_can_be_emitted_again() -> None:
+    buf = DictBuffer()
+    policy = Policy(gap_timeout=5.0)
+    state = KeyState()
+    for m in (msg(2), msg(4), msg(1)):
+        step = resequencer.offer(state, buf, m, 0.0, policy)
+        buf[m.seq] = step.buffer_put  # type: ignore[assignment]
+        state = step.state
+    assert [e.seq for e in step.emitted] == [1, 2] and state.buffered == 1
+    step = resequencer.expire("k", state, buf, 5.0, policy)  # gives 3 up, releases 4
+    state = step.state
+    again, missing = resequencer.pending("k", state, buf)
+    assert missing == [] and again == [msg(1), msg(2), GapSkipped("k", 3, 3), msg(4)]
+    step = resequencer.confirm(state, buf, 3, policy)  # only 1 and 2 were flushed
+    assert step.buffer_deletes == (1, 2) and step.state.confirmed == 3
+    for seq in step.buffer_deletes:
+        del buf[seq]
+    assert resequencer.pending("k", step.state, buf)[0] == [GapSkipped("k", 3, 3), msg(4)]
+    final = resequencer.confirm(step.state, buf, 5, policy)
+    assert final.buffer_deletes == (4,) and final.state.confirmed == 5
+    assert resequencer.confirm(final.state, DictBuffer(), 5, policy) == Step(final.state)
+
+
+def test_a_message_held_but_not_counted_is_buffered_again() -> None:
+    """A crash cut the buffer write from the key state: the replayed message
+    finds itself in the buffer and is taken, not rejected as a conflict."""
+    buf = DictBuffer({5: msg(5)})
+    step = resequencer.offer(KeyState(1, 0, None, (), 1), buf, msg(5), 1.0)
+    assert step.rejected is None and step.state.buffered == 1 and step.buffered_delta == 1
+    copy = resequencer.offer(KeyState(3, 0, None, (), 1), DictBuffer({2: msg(2)}), msg(2), 1.0)
+    assert copy.rejected is not None and copy.rejected.route == "drop"
