@@ -1,13 +1,20 @@
-"""Byte layouts of the state tables' keys and values.
+"""Byte layout of the one state table of the ordered/deduplicated topology.
 
-Keys start with the length-prefixed sequence key, so any key (even one with
-NUL bytes) maps to distinct store keys and all entries of one key share a
-prefix. Sequences and FIFO positions are 8-byte big-endian, so a key's
+All per-key families live in one changelogged table, so one key's writes go
+to one changelog partition in the order they were made, and a crash leaves a
+prefix of them (never, say, a buffer entry without the key state that came
+before it). Each store key is a family byte, then the length-prefixed
+sequence key (so any key, even one with NUL bytes, maps to distinct store
+keys and a key's entries of one family share a prefix), then the family's
+suffix. Sequences and FIFO positions are 8-byte big-endian, so a key's
 entries sort numerically (RocksDB range scans and seeks).
 
-Tables: ``key-state`` (prefix -> :func:`encode_key_state`), ``reorder-buffer``
-(prefix + seq -> original message bytes), ``seen-ids`` (prefix + ``i`` + id
--> position and time; prefix + ``p`` + position -> time and id).
+Families:
+
+* ``s`` + key -> the key state (:func:`encode_key_state`)
+* ``b`` + key + seq -> the original message bytes (the reorder buffer)
+* ``i`` + key + messageId -> FIFO position, time, input offset (seen ids)
+* ``p`` + key + position -> time and messageId (the seen ids' FIFO)
 """
 
 from __future__ import annotations
@@ -16,11 +23,16 @@ import struct
 
 import orjson
 
-from processors.deduplicator import SeenWindow
+from processors.deduplicator import Seen, SeenWindow
 from processors.resequencer import KeyState
 
+KEY_STATE = b"s"
+BUFFER = b"b"
+SEEN_ID = b"i"
+SEEN_POSITION = b"p"
+
 _SEQ = struct.Struct(">Q")
-_POS_TIME = struct.Struct(">Qd")
+_SEEN = struct.Struct(">Qdq")
 _TIME = struct.Struct(">d")
 
 
@@ -31,12 +43,20 @@ def key_prefix(key: str) -> bytes:
 
 def key_of(store_key: bytes) -> str:
     """The sequence key a store key belongs to."""
-    n = int.from_bytes(store_key[:4], "big")
-    return store_key[4 : 4 + n].decode("utf-8")
+    n = int.from_bytes(store_key[1:5], "big")
+    return store_key[5 : 5 + n].decode("utf-8")
+
+
+def key_state_key(key: str) -> bytes:
+    return KEY_STATE + key_prefix(key)
+
+
+def buffer_prefix(key: str) -> bytes:
+    return BUFFER + key_prefix(key)
 
 
 def buffer_key(key: str, seq: int) -> bytes:
-    return key_prefix(key) + _SEQ.pack(seq)
+    return BUFFER + key_prefix(key) + _SEQ.pack(seq)
 
 
 def buffer_seq(store_key: bytes) -> int:
@@ -44,15 +64,20 @@ def buffer_seq(store_key: bytes) -> int:
 
 
 def seen_id_key(key: str, message_id: str) -> bytes:
-    return key_prefix(key) + b"i" + message_id.encode("utf-8")
+    return SEEN_ID + key_prefix(key) + message_id.encode("utf-8")
 
 
 def seen_position_key(key: str, position: int) -> bytes:
-    return key_prefix(key) + b"p" + _SEQ.pack(position)
+    return SEEN_POSITION + key_prefix(key) + _SEQ.pack(position)
 
 
-def encode_seen_id(position: int, seen_at: float) -> bytes:
-    return _POS_TIME.pack(position, seen_at)
+def encode_seen_id(seen: Seen) -> bytes:
+    return _SEEN.pack(seen.position, seen.accepted_at, seen.source)
+
+
+def decode_seen_id(raw: bytes) -> Seen:
+    position, at, source = _SEEN.unpack(raw)
+    return Seen(int(position), float(at), int(source))
 
 
 def encode_seen_position(message_id: str, seen_at: float) -> bytes:
@@ -72,6 +97,7 @@ def encode_key_state(state: KeyState, window: SeenWindow) -> bytes:
             state.skipped,
             window.head,
             window.tail,
+            state.confirmed,
         ]
     )
 
@@ -79,8 +105,8 @@ def encode_key_state(state: KeyState, window: SeenWindow) -> bytes:
 def decode_key_state(raw: bytes | None) -> tuple[KeyState, SeenWindow]:
     if raw is None:
         return KeyState(), SeenWindow()
-    nxt, buffered, gap_since, skipped, head, tail = orjson.loads(raw)
+    nxt, buffered, gap_since, skipped, head, tail, confirmed = orjson.loads(raw)
     return (
-        KeyState(nxt, buffered, gap_since, tuple((a, b) for a, b in skipped)),
+        KeyState(nxt, buffered, gap_since, tuple((a, b) for a, b in skipped), confirmed),
         SeenWindow(head, tail),
     )

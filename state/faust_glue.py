@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, cast
 
 import faust
@@ -57,8 +57,20 @@ class HighwaterConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
 
 
 class HighwaterConsumer(faust_aiokafka.Consumer):
+    """Faust's consumer with :class:`HighwaterConsumerThread`, running the
+    app's ``before_commit`` hooks before every offset commit (so a
+    topology can make the outputs of everything processed durable first;
+    Faust then flushes the producer and commits)."""
+
     def _new_consumer_thread(self) -> faust_aiokafka.AIOKafkaConsumerThread:
         return HighwaterConsumerThread(self, loop=self.loop, beacon=self.beacon)
+
+    async def _commit_offsets(
+        self, offsets: Mapping[TP, int], start_new_transaction: bool = True
+    ) -> bool:
+        for hook in getattr(self.app, "before_commit", ()):
+            await hook()
+        return await super()._commit_offsets(offsets, start_new_transaction)
 
 
 class HighwaterTransport(faust_aiokafka.Transport):
@@ -143,6 +155,8 @@ class App(faust.App):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("TableManager", TableManager)
         super().__init__(*args, **kwargs)
+        #: Awaited before every offset commit (see :class:`HighwaterConsumer`).
+        self.before_commit: list[Callable[[], Awaitable[None]]] = []
 
     def _new_transport(self) -> TransportT:
         return HighwaterTransport(self.conf.broker_consumer, self)

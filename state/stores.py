@@ -1,14 +1,24 @@
-"""Per-key views and writers for the processors, over :class:`PartitionStore`.
+"""Per-key views and writers for the processors, over one
+:class:`PartitionStore` (layout: :mod:`state.codecs`).
 
 Every read is a point lookup or one seek; every write touches only what
 changed. Nothing here decides anything: the processors do.
+
+Write order makes a crash harmless wherever it cuts a step: the key state is
+the commit record of a step. Seen ids written before it are only believed
+when their FIFO position lies inside the key state's window and the FIFO
+entry names the same id; a buffer entry written before it is taken again by
+the Resequencer when its message is replayed; deletions of forgotten ids
+come first (forgetting early is harmless) and deletions of confirmed buffer
+entries come last (left-overs are deleted by the next confirmation).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
-from processors.deduplicator import DedupDecision, SeenWindow
+from processors.deduplicator import DedupDecision, Seen, SeenWindow
 from processors.envelope import Message, parse
 from processors.resequencer import KeyState, Step
 from state import codecs
@@ -25,7 +35,7 @@ class ReorderBuffer:
         self._partition = partition
         self._key = key
         self._kbytes = key.encode("utf-8")
-        self._prefix = codecs.key_prefix(key)
+        self._prefix = codecs.buffer_prefix(key)
 
     def get(self, seq: int) -> Message | None:
         raw = self._store.get(self._partition, codecs.buffer_key(self._key, seq))
@@ -39,18 +49,26 @@ class ReorderBuffer:
 
 
 class SeenIds:
-    """One key's remembered messageIds (a ``SeenLog``)."""
+    """One key's remembered messageIds (a ``SeenLog``), as far as the key
+    state's window vouches for them."""
 
-    __slots__ = ("_store", "_partition", "_key")
+    __slots__ = ("_store", "_partition", "_key", "_window")
 
-    def __init__(self, store: PartitionStore, partition: int, key: str) -> None:
+    def __init__(self, store: PartitionStore, partition: int, key: str, window: SeenWindow) -> None:
         self._store = store
         self._partition = partition
         self._key = key
+        self._window = window
 
-    def __contains__(self, message_id: object) -> bool:
-        key = codecs.seen_id_key(self._key, str(message_id))
-        return self._store.get(self._partition, key) is not None
+    def get(self, message_id: str) -> Seen | None:
+        raw = self._store.get(self._partition, codecs.seen_id_key(self._key, message_id))
+        if raw is None:
+            return None
+        seen = codecs.decode_seen_id(raw)
+        if not self._window.head <= seen.position < self._window.tail:
+            return None  # written by a step a crash cut short, or forgotten
+        entry = self.at(seen.position)
+        return seen if entry is not None and entry[0] == message_id else None
 
     def at(self, position: int) -> tuple[str, float] | None:
         raw = self._store.get(self._partition, codecs.seen_position_key(self._key, position))
@@ -59,20 +77,18 @@ class SeenIds:
 
 @dataclass
 class Stores:
-    """The three tables of the ordered/deduplicated topology."""
+    """The state table of the ordered/deduplicated topology."""
 
-    key_state: PartitionStore
-    reorder_buffer: PartitionStore
-    seen_ids: PartitionStore
+    state: PartitionStore
 
     def load(self, partition: int, key: str) -> tuple[KeyState, SeenWindow]:
-        return codecs.decode_key_state(self.key_state.get(partition, codecs.key_prefix(key)))
+        return codecs.decode_key_state(self.state.get(partition, codecs.key_state_key(key)))
 
     def buffer(self, partition: int, key: str) -> ReorderBuffer:
-        return ReorderBuffer(self.reorder_buffer, partition, key)
+        return ReorderBuffer(self.state, partition, key)
 
-    def seen(self, partition: int, key: str) -> SeenIds:
-        return SeenIds(self.seen_ids, partition, key)
+    def seen(self, partition: int, key: str, window: SeenWindow) -> SeenIds:
+        return SeenIds(self.state, partition, key, window)
 
     def save(
         self,
@@ -83,34 +99,27 @@ class Stores:
         decision: DedupDecision | None = None,
     ) -> None:
         """Persist a step (and the dedup decision that admitted its message)."""
+        store = self.state
         if decision is not None:
             for position, forgotten in decision.forget:
-                self.seen_ids.delete(partition, codecs.seen_position_key(key, position))
-                self.seen_ids.delete(partition, codecs.seen_id_key(key, forgotten))
+                store.delete(partition, codecs.seen_id_key(key, forgotten))
+                store.delete(partition, codecs.seen_position_key(key, position))
             if decision.remember is not None:
-                position, mid, at = decision.remember
-                self.seen_ids.put(
-                    partition, codecs.seen_id_key(key, mid), codecs.encode_seen_id(position, at)
-                )
-                self.seen_ids.put(
+                mid, seen = decision.remember
+                store.put(
                     partition,
-                    codecs.seen_position_key(key, position),
-                    codecs.encode_seen_position(mid, at),
+                    codecs.seen_position_key(key, seen.position),
+                    codecs.encode_seen_position(mid, seen.accepted_at),
                 )
+                store.put(partition, codecs.seen_id_key(key, mid), codecs.encode_seen_id(seen))
         if step.buffer_put is not None:
-            self.reorder_buffer.put(
-                partition, codecs.buffer_key(key, step.buffer_put.seq), step.buffer_put.value
-            )
+            store.put(partition, codecs.buffer_key(key, step.buffer_put.seq), step.buffer_put.value)
+        store.put(partition, codecs.key_state_key(key), codecs.encode_key_state(step.state, window))
         for seq in step.buffer_deletes:
-            self.reorder_buffer.delete(partition, codecs.buffer_key(key, seq))
-        self.key_state.put(
-            partition, codecs.key_prefix(key), codecs.encode_key_state(step.state, window)
-        )
+            store.delete(partition, codecs.buffer_key(key, seq))
 
-    def key_states(self, partition: int) -> list[tuple[str, KeyState, SeenWindow]]:
+    def key_states(self, partition: int) -> Iterator[tuple[str, KeyState, SeenWindow]]:
         """Every key's state in a partition (startup and rebalance scans)."""
-        out = []
-        for store_key, raw in self.key_state.items(partition):
+        for store_key, raw in self.state.items(partition, codecs.KEY_STATE):
             state, window = codecs.decode_key_state(raw)
-            out.append((codecs.key_of(store_key), state, window))
-        return out
+            yield codecs.key_of(store_key), state, window

@@ -2,7 +2,7 @@
 
 Entries may go stale (the key's gap closed or moved); the caller re-reads
 the key's state when an entry comes due and re-arms it if needed. The index
-is rebuilt from the ``key-state`` table whenever partitions are assigned, so
+is rebuilt from the key states whenever partitions are assigned, so
 nothing here needs to be durable.
 """
 

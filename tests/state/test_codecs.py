@@ -1,7 +1,7 @@
 from hypothesis import given
 from hypothesis import strategies as st
 
-from processors.deduplicator import SeenWindow
+from processors.deduplicator import Seen, SeenWindow
 from processors.resequencer import KeyState
 from state import codecs
 from state.memory import MemoryStore
@@ -16,7 +16,7 @@ def test_seen_keys_are_distinct_per_key_and_id(k1: str, m1: str, k2: str, m2: st
 @given(st.text(), st.integers(0, 2**63), st.integers(0, 2**63))
 def test_buffer_keys_sort_by_sequence_within_a_key(key: str, a: int, b: int) -> None:
     ka, kb = codecs.buffer_key(key, a), codecs.buffer_key(key, b)
-    assert ka.startswith(codecs.key_prefix(key)) and codecs.key_of(ka) == key
+    assert ka.startswith(codecs.buffer_prefix(key)) and codecs.key_of(ka) == key
     assert codecs.buffer_seq(ka) == a
     assert (ka < kb) == (a < b)
 
@@ -28,6 +28,7 @@ def test_buffer_keys_sort_by_sequence_within_a_key(key: str, a: int, b: int) -> 
         st.integers(0, 10**6),
         st.none() | st.floats(0, 1e10),
         st.lists(st.tuples(st.integers(1, 10**9), st.integers(1, 10**9)), max_size=4).map(tuple),
+        st.none() | st.integers(1, 2**62),
     ),
     st.builds(SeenWindow, st.integers(0, 10**9), st.integers(0, 10**9)),
 )
@@ -38,6 +39,24 @@ def test_key_state_round_trips(state: KeyState, window: SeenWindow) -> None:
 @given(st.text(), st.floats(allow_nan=False))
 def test_seen_position_round_trips(mid: str, t: float) -> None:
     assert codecs.decode_seen_position(codecs.encode_seen_position(mid, t)) == (mid, t)
+
+
+@given(st.integers(0, 2**63), st.floats(allow_nan=False), st.integers(-1, 2**62))
+def test_seen_id_round_trips(position: int, t: float, source: int) -> None:
+    seen = Seen(position, t, source)
+    assert codecs.decode_seen_id(codecs.encode_seen_id(seen)) == seen
+
+
+@given(st.text(), st.text())
+def test_families_never_collide(k1: str, k2: str) -> None:
+    keys = {
+        codecs.key_state_key(k1),
+        codecs.buffer_key(k1, 1),
+        codecs.seen_id_key(k2, "x"),
+        codecs.seen_position_key(k2, 1),
+    }
+    assert len(keys) == 4
+    assert all(codecs.key_of(k) in (k1, k2) for k in keys)
 
 
 @given(st.sets(st.integers(1, 200)), st.integers(0, 210))
