@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -43,6 +44,18 @@ def run_worker(settings: Settings) -> None:
             )
         )
         app = build_app(settings)
+        running = settings.data_dir / "worker.running"
+        if running.exists():
+            # kill -9, OOM, power loss: local RocksDB may hold writes the
+            # changelog never got; using it would let the two diverge.
+            # (Kafka Streams does the same under exactly-once.)
+            print(
+                "the previous worker did not stop cleanly: local state "
+                f"{app.conf.tabledir} is discarded and rebuilt from the changelog",
+                flush=True,
+            )
+            shutil.rmtree(app.conf.tabledir, ignore_errors=True)
+        running.write_text(f"{os.getpid()}\n")
         print(
             f"seqkeeper worker: broker {settings.broker}, data {settings.data_dir}, "
             f"web http://{settings.web_host}:{settings.web_port}/",
@@ -54,6 +67,7 @@ def run_worker(settings: Settings) -> None:
         except SystemExit as exc:
             if exc.code not in (0, None):
                 raise
+        running.unlink()  # a clean stop: the local state matches the changelog
 
 
 class WorkerDied(RuntimeError):

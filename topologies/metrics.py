@@ -30,6 +30,12 @@ class Metrics:
         self.dead_lettered = Counter(
             "seqkeeper_dead_lettered", "Records dead-lettered", ["reason"], registry=r
         )
+        self.reemitted = Counter(
+            "seqkeeper_reemitted",
+            "Records emitted again after a crash or a partition move (same bytes)",
+            ["topic"],
+            registry=r,
+        )
         self.lag = Gauge(
             "seqkeeper_consumer_lag", "Input records not yet processed", ["partition"], registry=r
         )

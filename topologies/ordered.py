@@ -1,24 +1,44 @@
 """The ordered/deduplicated topology.
 
-``events.in`` -> parse -> Idempotent Receiver (``seen-ids``) -> Resequencer
-(``key-state``, ``reorder-buffer``) -> ``events.deduped`` (each accepted
-message at once) and ``events.ordered`` (per key in sequence order, with
-``seqkeeper.GapSkipped`` markers); rejected records go to ``events.dlq`` (or
-``events.late``) with the reason in headers. A timer gives up gaps that
-blocked longer than the gap timeout, for the partitions this worker owns.
+``events.in`` -> parse -> Idempotent Receiver -> Resequencer ->
+``events.deduped`` (each accepted message at once) and ``events.ordered``
+(per key in sequence order, with ``seqkeeper.GapSkipped`` markers); rejected
+records go to ``events.dlq`` (or ``events.late``) with the reason in
+headers. A timer gives up gaps that blocked longer than the gap timeout, for
+the partitions this worker owns. All per-key state is one changelogged table
+(layout: :mod:`state.codecs`).
 
-Order of effects for every message and timer step, all in one synchronous
-block (no other step can interleave): read state, decide (pure cores),
-write state (local RocksDB + changelog producer buffer), then enqueue the
-output records (``send_soon``, so their order is the order of the steps).
-Faust commits the input offset only after the producer has flushed.
+Crash consistency is write-ahead, as with a Transactional Outbox:
+
+1. Each input record or timer step is handled in one synchronous block:
+   read state, decide (pure cores), write state (local RocksDB and the
+   changelog's producer queue), and queue the outputs in the topology's
+   *outbox* (in step order).
+2. The outbox cycle (:meth:`OrderedTopology.take`, then the shell) waits
+   until the state writes made before it took the batch are acknowledged by
+   the broker, then produces the batch and waits for those acknowledgements,
+   then :meth:`OrderedTopology.confirm` records per key how far the ordered
+   output is durable (and deletes the released messages below it).
+3. Faust commits an input offset only after an outbox cycle (the commit hook
+   in :mod:`state.faust_glue`), so every record below the committed offset
+   has durable outputs.
+
+So no output is ever durable before the state that produced it, and after a
+crash (``kill -9`` anywhere) or a partition move the new owner, with a state
+that is a prefix of the old owner's writes, emits again what was not
+confirmed: per key ``confirmed .. next_expected-1`` of the ordered output
+(:func:`processors.resequencer.pending`), and the deduplicated copy of every
+replayed input record whose own copy was the one accepted. Re-emissions are
+byte-identical (same messageId) and counted (``seqkeeper_reemitted``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import faust
@@ -38,25 +58,51 @@ from topologies.metrics import Metrics
 
 log = logging.getLogger("seqkeeper.ordered")
 
-Send = Callable[[Any, bytes | None, bytes | None, list[tuple[str, bytes]] | None], None]
+Headers = list[tuple[str, bytes]] | None
+
+
+@dataclass
+class Out:
+    """One output record: topic role (``ordered``, ``deduped``, ``dlq``,
+    ``late``), key, value, headers."""
+
+    topic: str
+    key: bytes | None
+    value: bytes | None
+    headers: Headers = None
+
+
+@dataclass
+class Batch:
+    """What one outbox cycle produces, and what it confirms once produced:
+    ``confirms[(partition, key)]`` = the ordered output's ``next_expected``
+    when the batch was taken. ``generation`` is the assignment it belongs to."""
+
+    records: list[Out] = field(default_factory=list)
+    confirms: dict[tuple[int, str], int] = field(default_factory=dict)
+    generation: int = 0
+
+    def __bool__(self) -> bool:
+        return bool(self.records or self.confirms)
 
 
 class OrderedTopology:
-    """Calls the cores for each input record and timer tick, persists, emits."""
+    """Calls the cores for each input record and timer tick, persists, and
+    queues outputs in the outbox (see the module docstring)."""
 
-    def __init__(
-        self, settings: Settings, stores: Stores, send: Send, topics: dict[str, Any]
-    ) -> None:
+    def __init__(self, settings: Settings, stores: Stores) -> None:
         self.settings = settings
         self.policy = settings.resequencer_policy()
         self.retention = settings.retention()
         self.stores = stores
-        self.send = send
-        self.topics = topics
         self.timers = GapTimers()
         self.clocks: dict[int, StreamClock] = {}  # stream time per input partition
         self.processed: dict[int, int] = {}  # last input offset processed per partition
         self.buffered: dict[int, int] = {}
+        self.owned: set[int] = set()
+        self.generation = 0
+        self.outbox = Batch()
+        self.on_output: Callable[[], None] = lambda: None  # wakes the outbox cycle
         self.metrics = Metrics()
 
     # -- input -------------------------------------------------------------
@@ -85,10 +131,19 @@ class OrderedTopology:
         stores = self.stores
         state, window = stores.load(partition, message.key)
         decision = deduplicator.offer(
-            stores.seen(partition, message.key), window, message, now, self.retention
+            stores.seen(partition, message.key, window),
+            window,
+            message,
+            now,
+            self.retention,
+            source=offset,
         )
         if not decision.accepted:
-            self.metrics.duplicates.inc()
+            if decision.replay:  # this very record was accepted before a crash
+                self.emit("deduped", key, value)
+                self.metrics.reemitted.labels("deduped").inc()
+            else:
+                self.metrics.duplicates.inc()
             return
         step = resequencer.offer(
             state,
@@ -100,6 +155,9 @@ class OrderedTopology:
         )
         if step.rejected is not None:
             r = step.rejected
+            if r.reason == resequencer.DUPLICATE:
+                self.metrics.duplicates.inc()
+                return
             if r.reason == Reason.LATE_ARRIVAL:
                 self.metrics.late.labels(r.route).inc()
                 log.warning(
@@ -113,8 +171,7 @@ class OrderedTopology:
         if step.emitted and isinstance(step.emitted[0], GapSkipped):
             self.metrics.gaps_overflow.inc()
         stores.save(partition, message.key, step, decision.window, decision)
-        self.send(self.topics["deduped"], key, value, None)
-        self.metrics.messages_out.labels("deduped").inc()
+        self.emit("deduped", key, value)
         self.after(partition, message.key, step, state)
 
     # -- timers ------------------------------------------------------------
@@ -147,16 +204,20 @@ class OrderedTopology:
                 self.after(partition, key, step)  # popped: always re-arm
 
     def on_assigned(self, partitions: set[int]) -> None:
-        """Rebuild the timer index and buffer counts from the key-state table;
-        stream clocks and progress start afresh (another worker may have
-        moved the partitions on meanwhile)."""
+        """After every assignment (start, restart, rebalance): rebuild the
+        timer index and buffer counts from the key states, and emit again
+        what the previous owner (or this worker before a crash) emitted but
+        never confirmed. Stream clocks and progress start afresh."""
+        self.generation += 1
+        self.owned = set(partitions)
         self.clocks.clear()
         self.processed.clear()
         for partition in set(self.timers.partitions()) | set(self.buffered):
             if partition not in partitions:
                 self.timers.drop(partition)
                 self.buffered.pop(partition, None)
-        for partition in partitions:
+        again = 0
+        for partition in sorted(partitions):
             self.timers.drop(partition)
             total = 0
             for key, state, _ in self.stores.key_states(partition):
@@ -164,23 +225,69 @@ class OrderedTopology:
                 deadline = resequencer.gap_deadline(state, self.policy)
                 if deadline is not None:
                     self.timers.arm(partition, key, deadline)
+                if state.confirmed is not None and state.confirmed != state.next_expected:
+                    again += self.emit_again(partition, key, state)
             self.buffered[partition] = total
         self.metrics.buffered.set(sum(self.buffered.values()))
+        if again:
+            log.warning("emitting %d unconfirmed ordered records again", again)
+
+    def emit_again(self, partition: int, key: str, state: KeyState) -> int:
+        items, missing = resequencer.pending(key, state, self.stores.buffer(partition, key))
+        if missing:
+            log.error("key=%s: unconfirmed sequences missing from the buffer: %s", key, missing)
+        kbytes = key.encode("utf-8")
+        for item in items:
+            self.emit("ordered", kbytes, item.value)
+        self.metrics.reemitted.labels("ordered").inc(len(items))
+        if state.next_expected is not None:
+            self.outbox.confirms[(partition, key)] = state.next_expected
+        return len(items)
+
+    # -- outbox ------------------------------------------------------------
+    def emit(
+        self, topic: str, key: bytes | None, value: bytes | None, headers: Headers = None
+    ) -> None:
+        self.outbox.records.append(Out(topic, key, value, headers))
+        if len(self.outbox.records) == 1:
+            self.on_output()
+
+    def take(self) -> Batch:
+        """The outbox so far; the caller produces it once the state written
+        until now is durable, then calls :meth:`confirm`."""
+        batch, self.outbox = self.outbox, Batch(generation=self.generation)
+        batch.generation = self.generation
+        for record in batch.records:
+            self.metrics.messages_out.labels(record.topic).inc()
+        return batch
+
+    def confirm(self, batch: Batch) -> None:
+        """``batch`` was produced and acknowledged: record how far each key's
+        ordered output is durable. Skipped for partitions reassigned since."""
+        if batch.generation != self.generation:
+            return
+        for (partition, key), upto in batch.confirms.items():
+            if partition not in self.owned:
+                continue
+            state, window = self.stores.load(partition, key)
+            step = resequencer.confirm(state, self.stores.buffer(partition, key), upto, self.policy)
+            if step.state != state or step.buffer_deletes:
+                self.stores.save(partition, key, step, window)
 
     # -- shared ------------------------------------------------------------
     def after(self, partition: int, key: str, step: Step, before: KeyState | None = None) -> None:
-        """Emit a persisted step's ordered records and (re-)arm its timer when
-        its deadline changed (so the timer heap holds one live entry per
+        """Queue a persisted step's ordered records and (re-)arm its timer
+        when its deadline changed (so the timer heap holds one live entry per
         waiting key, not one per message)."""
-        kbytes = key.encode("utf-8")
-        ordered = self.topics["ordered"]
-        for item in step.emitted:
-            self.send(ordered, kbytes, item.value, None)
-            if isinstance(item, GapSkipped):
-                self.metrics.skipped.inc(item.last - item.first + 1)
-                log.warning("gap skipped key=%s from=%s to=%s", key, item.first, item.last)
         if step.emitted:
-            self.metrics.messages_out.labels("ordered").inc(len(step.emitted))
+            kbytes = key.encode("utf-8")
+            for item in step.emitted:
+                self.emit("ordered", kbytes, item.value)
+                if isinstance(item, GapSkipped):
+                    self.metrics.skipped.inc(item.last - item.first + 1)
+                    log.warning("gap skipped key=%s from=%s to=%s", key, item.first, item.last)
+            if step.state.next_expected is not None:
+                self.outbox.confirms[(partition, key)] = step.state.next_expected
         if step.buffered_delta:
             self.buffered[partition] = self.buffered.get(partition, 0) + step.buffered_delta
             self.metrics.buffered.set(sum(self.buffered.values()))
@@ -201,12 +308,11 @@ class OrderedTopology:
         offset: int,
         timestamp: float | None,
     ) -> None:
-        topic = self.topics["late" if route == "late" else "dlq"]
         millis = None if timestamp is None else int(timestamp * 1000)
         headers = dead_letter_headers(
             reason, detail, self.settings.input_topic, partition, offset, millis
         )
-        self.send(topic, key, value, headers)
+        self.emit("late" if route == "late" else "dlq", key, value, headers)
         self.metrics.dead_lettered.labels(reason).inc()
         log.info("dead-lettered partition=%s offset=%s reason=%s", partition, offset, reason)
 
@@ -248,24 +354,43 @@ def build_app(settings: Settings) -> faust.App:
         "dlq": topic(settings.dlq_topic),
         "late": topic(settings.late_topic),
     }
-    key_state = raw_table(app, "key-state", settings.partitions)
-    stores = Stores(
-        key_state=FaustRocksStore(key_state),
-        reorder_buffer=FaustRocksStore(raw_table(app, "reorder-buffer", settings.partitions)),
-        seen_ids=FaustRocksStore(raw_table(app, "seen-ids", settings.partitions)),
-    )
-
-    def send(topic: Any, key: bytes | None, value: bytes | None, headers: Any) -> None:
-        topic.send_soon(key=key, value=value, headers=headers)
-
-    topology = OrderedTopology(settings, stores, send, topics)
+    table = raw_table(app, "state", settings.partitions)
+    store = FaustRocksStore(table)
+    topology = OrderedTopology(settings, Stores(store))
     app.seqkeeper = topology  # type: ignore[attr-defined]
+    wake = asyncio.Event()
+    topology.on_output = wake.set
+    lock = asyncio.Lock()
+
+    async def cycle() -> None:
+        """One outbox cycle (module docstring, step 2)."""
+        async with lock:
+            batch = topology.take()
+            writes = store.pending_writes()
+            if not batch:
+                return
+            await asyncio.gather(*writes)
+            sent = [
+                topics[r.topic].send_soon(key=r.key, value=r.value, headers=r.headers)
+                for r in batch.records
+            ]
+            await asyncio.gather(*sent)
+            topology.confirm(batch)
+
+    app.before_commit.append(cycle)
+
+    @app.task
+    async def outbox() -> None:
+        while True:
+            await wake.wait()
+            wake.clear()
+            await cycle()
 
     def owned() -> list[Any]:
         """This worker's active input partitions (TPs)."""
         return [tp for tp in app.assignor.assigned_actives() if tp.topic == settings.input_topic]
 
-    @key_state.on_recover  # type: ignore[untyped-decorator]
+    @table.on_recover  # type: ignore[untyped-decorator]
     async def rebuild_index() -> None:
         topology.on_assigned({tp.partition for tp in owned()})
 

@@ -117,12 +117,16 @@ def test_swapped_order_fails(case) -> None:
     assert "ordered: out of order or gap" in failing(verify(inputs, bad, deduped, dlq))
 
 
-def test_duplicate_emission_fails(case) -> None:
+def test_identical_repeats_are_reemissions_changed_repeats_fail(case) -> None:
     inputs, ordered, deduped, dlq = case
-    assert "ordered: emitted twice" in failing(
-        verify(inputs, ordered + [replace(ordered[5], offset=len(ordered))], deduped, dlq)
-    )
-    assert "deduped: emitted twice" in failing(verify(inputs, ordered, deduped + [deduped[0]], dlq))
+    again = ordered + [replace(r, offset=len(ordered) + i) for i, r in enumerate(ordered[3:7])]
+    report = verify(inputs, again, deduped + [deduped[0]], dlq + [dlq[0]])
+    assert report.ok, report.failures()
+    assert report.reemitted == {"ordered": 4, "deduped": 1, "dlq": 1}
+    changed = replace(ordered[5], offset=len(ordered), value=ordered[5].value + b" ")
+    assert "ordered: bytes changed" in failing(verify(inputs, ordered + [changed], deduped, dlq))
+    changed = replace(deduped[0], value=deduped[0].value + b" ")
+    assert "deduped: bytes changed" in failing(verify(inputs, ordered, deduped + [changed], dlq))
 
 
 def test_changed_bytes_fail(case) -> None:

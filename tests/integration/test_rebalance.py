@@ -53,5 +53,5 @@ def test_partitions_move_with_their_state(make_settings, tmp_path) -> None:
     finally:
         a.stop()
         assert b.stop() == 0
-    replayed = [int(n) for n in re.findall(r"table seen-ids: replayed (\d+)", b.log())]
+    replayed = [int(n) for n in re.findall(r"table state: replayed (\d+)", b.log())]
     assert replayed and max(replayed) > 0, "b never rebuilt state from the changelog"
