@@ -8,7 +8,9 @@ through unchanged because the original bytes are what we emit.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import orjson
@@ -51,10 +53,17 @@ class Message:
     seq: int
     type: str
     value: bytes
+    #: Event time in seconds, when a time field is configured and present.
+    event_time: float | None = None
 
 
-def parse(key: bytes | None, value: bytes | None) -> Message:
-    """Validate a record; raise :class:`InvalidMessage` naming what is wrong."""
+def parse(key: bytes | None, value: bytes | None, time_field: tuple[str, ...] = ()) -> Message:
+    """Validate a record; raise :class:`InvalidMessage` naming what is wrong.
+
+    ``time_field``: the path of an optional event-time field (for example
+    ``("metadata", "timestamp")``): epoch milliseconds (a number) or an
+    ISO-8601 string with a UTC offset. Missing: ``event_time`` is ``None``;
+    present but not a time: an ``invalid-field`` error."""
     if key is None or key == b"":
         raise InvalidMessage(Reason.MISSING_KEY, "the Kafka key (the sequence key) is empty")
     try:
@@ -91,7 +100,32 @@ def parse(key: bytes | None, value: bytes | None) -> Message:
     metadata = doc.get("metadata")
     if metadata is not None and not isinstance(metadata, dict):
         raise InvalidMessage(Reason.INVALID_FIELD, f"metadata must be an object, got {metadata!r}")
-    return Message(key=skey, message_id=message_id, seq=seq, type=mtype, value=value)
+    event_time = _event_time(doc, time_field) if time_field else None
+    return Message(skey, message_id, seq, mtype, value, event_time)
+
+
+def _event_time(doc: dict[str, Any], path: tuple[str, ...]) -> float | None:
+    node: Any = doc
+    for name in path:
+        if not isinstance(node, dict) or name not in node:
+            return None
+        node = node[name]
+    where = ".".join(path)
+    if isinstance(node, (int, float)) and not isinstance(node, bool):
+        if math.isfinite(node) and 0 <= node < 2**53:
+            return float(node) / 1000.0
+    elif isinstance(node, str):
+        try:
+            parsed = datetime.fromisoformat(node)
+        except ValueError:
+            pass
+        else:
+            if parsed.tzinfo is not None:
+                return parsed.timestamp()
+    raise InvalidMessage(
+        Reason.INVALID_FIELD,
+        f"{where} must be epoch milliseconds or an ISO-8601 time with a UTC offset, got {node!r}",
+    )
 
 
 def _required(doc: dict[str, Any], field: str) -> Any:

@@ -94,6 +94,11 @@ class Settings:
     seen_max_per_key: int = field(
         default_factory=lambda: int(_env("SEQKEEPER_SEEN_MAX_PER_KEY", "100000"))
     )
+    #: Event time for gap timeouts and seen-id ages: the dotted path of a
+    #: field of the value (``metadata.timestamp``: epoch milliseconds or
+    #: ISO-8601 with offset). Empty (default): the Kafka record timestamp.
+    #: Env ``SEQKEEPER_EVENT_TIME_FIELD``.
+    event_time_field: str = field(default_factory=lambda: _env("SEQKEEPER_EVENT_TIME_FIELD", ""))
     #: Seconds between gap-timeout checks. Env ``SEQKEEPER_TIMER_INTERVAL``.
     timer_interval: float = field(
         default_factory=lambda: float(_env("SEQKEEPER_TIMER_INTERVAL", "0.5"))
@@ -118,6 +123,13 @@ class Settings:
             overflow=self.overflow_policy,  # type: ignore[arg-type]
             late=self.late_policy,  # type: ignore[arg-type]
         )
+
+    def time_field(self) -> tuple[str, ...]:
+        """:attr:`event_time_field` as a path (empty: not configured)."""
+        path = tuple(self.event_time_field.split(".")) if self.event_time_field else ()
+        if any(not part for part in path):
+            raise ValueError(f"event time field: bad path {self.event_time_field!r}")
+        return path
 
     def retention(self) -> Retention:
         return Retention(max_age=self.seen_max_age, max_per_key=self.seen_max_per_key)

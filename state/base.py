@@ -25,6 +25,9 @@ class PartitionStore(Protocol):
         """The first entry with key >= ``start`` that starts with ``prefix``."""
         ...
 
-    def items(self, partition: int, prefix: bytes = b"") -> Iterator[tuple[bytes, bytes]]:
-        """All entries of a partition whose key starts with ``prefix``, in key order."""
+    def items(
+        self, partition: int, prefix: bytes = b"", start: bytes = b""
+    ) -> Iterator[tuple[bytes, bytes]]:
+        """The entries of a partition whose key starts with ``prefix``, in key
+        order, from the first key ``>= start``."""
         ...

@@ -34,9 +34,11 @@ class MemoryStore:
             return keys[i], self._data[partition][keys[i]]
         return None
 
-    def items(self, partition: int, prefix: bytes = b"") -> Iterator[tuple[bytes, bytes]]:
+    def items(
+        self, partition: int, prefix: bytes = b"", start: bytes = b""
+    ) -> Iterator[tuple[bytes, bytes]]:
         keys = self._keys[partition]
-        for key in keys[bisect.bisect_left(keys, prefix) :]:
+        for key in keys[bisect.bisect_left(keys, max(prefix, start)) :]:
             if not key.startswith(prefix):
                 break
             yield key, self._data[partition][key]

@@ -53,9 +53,11 @@ class FaustRocksStore:
                 return key, it.value()
         return None
 
-    def items(self, partition: int, prefix: bytes = b"") -> Iterator[tuple[bytes, bytes]]:
+    def items(
+        self, partition: int, prefix: bytes = b"", start: bytes = b""
+    ) -> Iterator[tuple[bytes, bytes]]:
         it = self._db(partition).iter()
-        it.seek(prefix)
+        it.seek(max(prefix, start))
         while it.valid():
             key: bytes = it.key()
             if not key.startswith(prefix):

@@ -118,8 +118,27 @@ class Stores:
         for seq in step.buffer_deletes:
             store.delete(partition, codecs.buffer_key(key, seq))
 
-    def key_states(self, partition: int) -> Iterator[tuple[str, KeyState, SeenWindow]]:
-        """Every key's state in a partition (startup and rebalance scans)."""
-        for store_key, raw in self.state.items(partition, codecs.KEY_STATE):
+    def forget(
+        self,
+        partition: int,
+        key: str,
+        state: KeyState,
+        window: SeenWindow,
+        forget: tuple[tuple[int, str], ...],
+    ) -> None:
+        """Persist a sweep: ``forget`` (position, id) and the new window."""
+        store = self.state
+        for position, forgotten in forget:
+            store.delete(partition, codecs.seen_id_key(key, forgotten))
+            store.delete(partition, codecs.seen_position_key(key, position))
+        store.put(partition, codecs.key_state_key(key), codecs.encode_key_state(state, window))
+
+    def key_states(
+        self, partition: int, after: str | None = None
+    ) -> Iterator[tuple[str, KeyState, SeenWindow]]:
+        """Every key's state in a partition, in store order (startup and
+        rebalance scans), or those after the key ``after`` (sweeps)."""
+        start = b"" if after is None else codecs.key_state_key(after) + b"\x00"
+        for store_key, raw in self.state.items(partition, codecs.KEY_STATE, start):
             state, window = codecs.decode_key_state(raw)
             yield codecs.key_of(store_key), state, window

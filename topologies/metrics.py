@@ -16,6 +16,11 @@ class Metrics:
         self.duplicates = Counter(
             "seqkeeper_duplicates_dropped", "Redeliveries dropped", registry=r
         )
+        self.seen_forgotten = Counter(
+            "seqkeeper_seen_ids_forgotten_by_sweep",
+            "Seen messageIds forgotten by the age sweep of quiet keys",
+            registry=r,
+        )
         self.buffered = Gauge(
             "seqkeeper_messages_buffered", "Messages in reorder buffers", registry=r
         )

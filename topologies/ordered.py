@@ -35,7 +35,9 @@ byte-identical (same messageId) and counted (``seqkeeper_reemitted``).
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
+import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -57,6 +59,12 @@ from state.timers import GapTimers
 from topologies.metrics import Metrics
 
 log = logging.getLogger("seqkeeper.ordered")
+
+#: Keys whose seen ids the timer checks for age per partition and tick; it
+#: walks all keys round-robin, so quiet keys forget old ids too.
+SWEEP_KEYS_PER_TICK = 64
+#: Ids forgotten per key and sweep (more on the next round).
+SWEEP_IDS_PER_KEY = 64
 
 Headers = list[tuple[str, bytes]] | None
 
@@ -94,12 +102,14 @@ class OrderedTopology:
         self.settings = settings
         self.policy = settings.resequencer_policy()
         self.retention = settings.retention()
+        self.time_field = settings.time_field()
         self.stores = stores
         self.timers = GapTimers()
         self.clocks: dict[int, StreamClock] = {}  # stream time per input partition
         self.processed: dict[int, int] = {}  # last input offset processed per partition
         self.buffered: dict[int, int] = {}
         self.owned: set[int] = set()
+        self.sweep_after: dict[int, str | None] = {}  # sweep cursor per partition
         self.generation = 0
         self.outbox = Batch()
         self.on_output: Callable[[], None] = lambda: None  # wakes the outbox cycle
@@ -115,19 +125,22 @@ class OrderedTopology:
         timestamp: float | None,
         wall: float,
     ) -> None:
-        """One input record; ``timestamp`` is the record's time in seconds."""
+        """One input record; ``timestamp`` is the record's time in seconds
+        (the stream clock follows it, or the configured event-time field)."""
         self.metrics.messages_in.inc()
-        clock = self.clocks.get(partition, StreamClock()).observe(timestamp, wall)
-        self.clocks[partition] = clock
         self.processed[partition] = offset
-        now = clock.now(wall)
+        clock = self.clocks.get(partition, StreamClock())
         try:
-            message = parse(key, value)
+            message = parse(key, value, self.time_field)
         except InvalidMessage as exc:
+            self.clocks[partition] = clock.observe(timestamp, wall)
             self.dead_letter(
                 "dlq", key, value, exc.reason, exc.detail, partition, offset, timestamp
             )
             return
+        event_time = timestamp if message.event_time is None else message.event_time
+        clock = self.clocks[partition] = clock.observe(event_time, wall)
+        now = clock.now(wall)
         stores = self.stores
         state, window = stores.load(partition, message.key)
         decision = deduplicator.offer(
@@ -202,6 +215,28 @@ class OrderedTopology:
                         self.metrics.gap_timeouts.inc()
                     self.stores.save(partition, key, step, window)
                 self.after(partition, key, step)  # popped: always re-arm
+            self.sweep(partition, now)
+
+    def sweep(self, partition: int, now: float) -> None:
+        """Forget aged seen ids of the next :data:`SWEEP_KEYS_PER_TICK` keys
+        (accepts forget a few on busy keys; this reaches the quiet ones)."""
+        batch = list(
+            itertools.islice(
+                self.stores.key_states(partition, self.sweep_after.get(partition)),
+                SWEEP_KEYS_PER_TICK,
+            )
+        )
+        self.sweep_after[partition] = batch[-1][0] if len(batch) == SWEEP_KEYS_PER_TICK else None
+        for key, state, window in batch:
+            if window.size == 0:
+                continue
+            seen = self.stores.seen(partition, key, window)
+            swept, forget = deduplicator.sweep(
+                seen, window, now, self.retention, SWEEP_IDS_PER_KEY
+            )
+            if swept != window:
+                self.stores.forget(partition, key, state, swept, forget)
+                self.metrics.seen_forgotten.inc(len(forget))
 
     def on_assigned(self, partitions: set[int]) -> None:
         """After every assignment (start, restart, rebalance): rebuild the
@@ -212,6 +247,7 @@ class OrderedTopology:
         self.owned = set(partitions)
         self.clocks.clear()
         self.processed.clear()
+        self.sweep_after.clear()
         for partition in set(self.timers.partitions()) | set(self.buffered):
             if partition not in partitions:
                 self.timers.drop(partition)
@@ -317,6 +353,23 @@ class OrderedTopology:
         log.info("dead-lettered partition=%s offset=%s reason=%s", partition, offset, reason)
 
 
+def _awaiting(coro: Any) -> list[str]:
+    """Where a coroutine (or async generator) and what it awaits are suspended."""
+    out = []
+    while coro is not None:
+        frame = next(
+            (f for a in ("cr_frame", "ag_frame", "gi_frame") if (f := getattr(coro, a, None))),
+            None,
+        )
+        if frame is not None:
+            out.append(f"{frame.f_code.co_filename}:{frame.f_lineno} {frame.f_code.co_name}")
+        coro = next(
+            (n for a in ("cr_await", "ag_await", "gi_yieldfrom") if (n := getattr(coro, a, None))),
+            None,
+        )
+    return out
+
+
 def build_app(settings: Settings) -> faust.App:
     """The Faust app of the ordered/deduplicated topology for ``settings``."""
     if not settings.broker:
@@ -378,6 +431,42 @@ def build_app(settings: Settings) -> faust.App:
             topology.confirm(batch)
 
     app.before_commit.append(cycle)
+
+    @app.task
+    async def dump_tasks_on_sigusr1() -> None:
+        """``kill -USR1 <worker>`` logs every asyncio task's stack (a stuck
+        worker explains itself)."""
+
+        def dump() -> None:
+            lines = []
+            for task in asyncio.all_tasks():
+                lines.append(f"task {task.get_name()}:")
+                lines.extend(f"  {where}" for where in _awaiting(task.get_coro()))
+            log.warning(
+                "outbox %d records, wake %s, lock %s, owned %s, processed %s, generation %s",
+                len(topology.outbox.records),
+                wake.is_set(),
+                lock.locked(),
+                topology.owned,
+                topology.processed,
+                topology.generation,
+            )
+            consumer: Any = app.consumer
+            try:
+                paused = consumer._thread._ensure_consumer().paused()
+            except Exception as exc:  # noqa: BLE001
+                paused = exc
+            log.warning(
+                "consumer: paused %s, active %s, read %s, committed %s, flow %s",
+                paused,
+                getattr(consumer, "_active_partitions", None),
+                dict(consumer._read_offset),
+                dict(consumer._committed_offset),
+                app.flow_control.is_active(),
+            )
+            log.warning("asyncio tasks:\n%s", "\n".join(lines))
+
+        asyncio.get_running_loop().add_signal_handler(signal.SIGUSR1, dump)
 
     @app.task
     async def outbox() -> None:

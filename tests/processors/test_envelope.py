@@ -59,3 +59,30 @@ def test_parse_never_raises_anything_but_invalid_message(raw: bytes) -> None:
         parse(b"k", raw)
     except InvalidMessage as exc:
         assert exc.reason
+
+
+@pytest.mark.parametrize(
+    ("field", "expected"),
+    [
+        (1_700_000_000_123, 1_700_000_000.123),
+        ("2023-11-14T22:13:20.5+00:00", 1_700_000_000.5),
+        ("2023-11-14T22:13:20Z", 1_700_000_000.0),
+    ],
+)
+def test_event_time_field(field: object, expected: float) -> None:
+    value = orjson.dumps({"messageId": "m", "seq": 1, "type": "t", "metadata": {"ts": field}})
+    assert parse(b"k", value, ("metadata", "ts")).event_time == pytest.approx(expected)
+    assert parse(b"k", value).event_time is None  # not configured
+
+
+@pytest.mark.parametrize("field", ["yesterday", "2023-11-14T22:13:20", True, -5, [1], 1e300])
+def test_an_event_time_that_is_not_a_time_is_invalid(field: object) -> None:
+    value = orjson.dumps({"messageId": "m", "seq": 1, "type": "t", "metadata": {"ts": field}})
+    with pytest.raises(InvalidMessage) as info:
+        parse(b"k", value, ("metadata", "ts"))
+    assert info.value.reason == Reason.INVALID_FIELD and "metadata.ts" in info.value.detail
+
+
+def test_a_missing_event_time_is_none() -> None:
+    value = orjson.dumps({"messageId": "m", "seq": 1, "type": "t"})
+    assert parse(b"k", value, ("metadata", "ts")).event_time is None
