@@ -110,7 +110,12 @@ def _event_time(doc: dict[str, Any], path: tuple[str, ...]) -> float | None:
         if not isinstance(node, dict) or name not in node:
             return None
         node = node[name]
-    where = ".".join(path)
+    return parse_time(node, ".".join(path))
+
+
+def parse_time(node: Any, where: str) -> float:
+    """Seconds since the epoch from epoch milliseconds (a number) or an
+    ISO-8601 string with a UTC offset; :class:`InvalidMessage` otherwise."""
     if isinstance(node, (int, float)) and not isinstance(node, bool):
         if math.isfinite(node) and 0 <= node < 2**53:
             return float(node) / 1000.0

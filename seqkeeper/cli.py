@@ -71,6 +71,10 @@ def worker(
         Optional[float], typer.Option(help="Seconds [env SEQKEEPER_SESSION_TIMEOUT].")
     ] = None,
     log_level: Annotated[Optional[str], typer.Option(help="[env SEQKEEPER_LOG_LEVEL]")] = None,
+    topology: Annotated[
+        Optional[str],
+        typer.Option(help="ordered (default) or commands [env SEQKEEPER_TOPOLOGY]."),
+    ] = None,
 ) -> None:
     """Run the long-running worker (Ctrl-C or SIGTERM stops it gracefully)."""
     from seqkeeper.worker import run_worker
@@ -88,8 +92,42 @@ def worker(
             dlq_topic=dlq_topic,
             log_level=log_level,
             session_timeout=session_timeout,
+            topology=topology,
         )
     )
+
+
+@app.command()
+def inspect(
+    broker: Annotated[
+        str, typer.Option("--broker", "-b", help="Kafka bootstrap servers of the worker.")
+    ],
+    message_id: Annotated[Optional[str], typer.Option(help="A command's messageId.")] = None,
+    correlation_id: Annotated[
+        Optional[str], typer.Option(help="Every command of a correlationId.")
+    ] = None,
+    app_id: Annotated[
+        Optional[str], typer.Option(help="Application id [env SEQKEEPER_APP_ID].")
+    ] = None,
+) -> None:
+    """Look commands up in the Message Store: status, timestamps, error,
+    reply, and the entity's state and outbox."""
+    import asyncio
+
+    from rich.console import Console
+
+    from seqkeeper.inspect import load, lookup
+
+    if not message_id and not correlation_id:
+        raise typer.BadParameter("give --message-id or --correlation-id")
+    settings = Settings().with_overrides(broker=broker, app_id=app_id)
+    found = lookup(asyncio.run(load(settings)), message_id, correlation_id)
+    if not found:
+        typer.echo("no such command in the Message Store", err=True)
+        raise typer.Exit(1)
+    import orjson
+
+    Console().print_json(orjson.dumps(found).decode())
 
 
 @app.command()

@@ -124,6 +124,7 @@ def summary(report: Report, elapsed: float) -> Table:
         ("dead-lettered", report.dead_lettered),
         ("gaps given up (markers)", report.gaps_skipped),
         ("late arrivals dead-lettered", report.late_arrivals),
+        ("re-emitted, byte-identical", sum(report.reemitted.values())),
     ]:
         table.add_row(name, f"{value:,}", "")
     for check in report.checks:

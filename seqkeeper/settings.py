@@ -99,6 +99,37 @@ class Settings:
     #: ISO-8601 with offset). Empty (default): the Kafka record timestamp.
     #: Env ``SEQKEEPER_EVENT_TIME_FIELD``.
     event_time_field: str = field(default_factory=lambda: _env("SEQKEEPER_EVENT_TIME_FIELD", ""))
+    #: Which topology the worker runs: ``ordered`` (Resequencer + Idempotent
+    #: Receiver) or ``commands`` (command handler + outbox; its app id gets
+    #: the suffix ``-commands``). Env ``SEQKEEPER_TOPOLOGY``.
+    topology: str = field(default_factory=lambda: _env("SEQKEEPER_TOPOLOGY", "ordered"))
+    #: Command topic. Env ``SEQKEEPER_COMMAND_TOPIC``.
+    command_topic: str = field(
+        default_factory=lambda: _env("SEQKEEPER_COMMAND_TOPIC", "commands.in")
+    )
+    #: Domain events emitted by command handlers. Env ``SEQKEEPER_EVENTS_TOPIC``.
+    events_topic: str = field(
+        default_factory=lambda: _env("SEQKEEPER_EVENTS_TOPIC", "commands.events")
+    )
+    #: Dead letters of the command topic. Env ``SEQKEEPER_COMMAND_DLQ_TOPIC``.
+    command_dlq_topic: str = field(
+        default_factory=lambda: _env("SEQKEEPER_COMMAND_DLQ_TOPIC", "commands.dlq")
+    )
+    #: Handler attempts before a command is dead-lettered (transient errors).
+    #: Env ``SEQKEEPER_COMMAND_ATTEMPTS``.
+    command_attempts: int = field(
+        default_factory=lambda: int(_env("SEQKEEPER_COMMAND_ATTEMPTS", "5"))
+    )
+    #: First retry delay in seconds, doubled per attempt up to 30 s.
+    #: Env ``SEQKEEPER_COMMAND_RETRY_DELAY``.
+    command_retry_delay: float = field(
+        default_factory=lambda: float(_env("SEQKEEPER_COMMAND_RETRY_DELAY", "0.5"))
+    )
+    #: Seconds a dispatched command's receipt (dedup marker) is kept
+    #: (default 7 days). Env ``SEQKEEPER_RECEIPT_MAX_AGE``.
+    receipt_max_age: float = field(
+        default_factory=lambda: float(_env("SEQKEEPER_RECEIPT_MAX_AGE", str(7 * 24 * 3600)))
+    )
     #: Seconds between gap-timeout checks. Env ``SEQKEEPER_TIMER_INTERVAL``.
     timer_interval: float = field(
         default_factory=lambda: float(_env("SEQKEEPER_TIMER_INTERVAL", "0.5"))
@@ -134,8 +165,17 @@ class Settings:
     def retention(self) -> Retention:
         return Retention(max_age=self.seen_max_age, max_per_key=self.seen_max_per_key)
 
+    @property
+    def group_id(self) -> str:
+        """The Faust app id (consumer group, changelog prefix) of the topology."""
+        return f"{self.app_id}-commands" if self.topology == "commands" else self.app_id
+
     def topics(self) -> list[str]:
         """Every topic the worker reads or writes (created when missing)."""
+        if self.topology == "commands":
+            return [self.command_topic, self.events_topic, self.command_dlq_topic]
+        if self.topology != "ordered":
+            raise ValueError(f"topology must be 'ordered' or 'commands', got {self.topology!r}")
         return [
             self.input_topic,
             self.ordered_topic,

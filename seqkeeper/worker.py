@@ -32,7 +32,10 @@ def run_worker(settings: Settings) -> None:
     """Run the worker in the foreground until SIGINT/SIGTERM (graceful stop)."""
     import faust
 
-    from topologies.ordered import build_app
+    if settings.topology == "commands":
+        from topologies.commands import build_app
+    else:
+        from topologies.ordered import build_app
 
     with broker_for(settings) as settings:
         if settings.web_port == 0:

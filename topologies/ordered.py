@@ -34,17 +34,13 @@ byte-identical (same messageId) and counted (``seqkeeper_reemitted``).
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import logging
-import signal
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import faust
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from processors import deduplicator, resequencer
 from processors.clock import StreamClock
@@ -52,11 +48,22 @@ from processors.dead_letter import dead_letter_headers
 from processors.envelope import InvalidMessage, Reason, parse
 from processors.resequencer import GapSkipped, KeyState, Step
 from seqkeeper.settings import Settings
-from state.faust_glue import App, raw_table
+from state.faust_glue import raw_table
 from state.rocksdb import FaustRocksStore
 from state.stores import Stores
 from state.timers import GapTimers
 from topologies.metrics import Metrics
+from topologies.shell import (
+    Batch,
+    Headers,
+    Out,
+    install_diagnostics,
+    install_metrics,
+    install_outbox,
+    make_app,
+    owned_partitions,
+    raw_topic,
+)
 
 log = logging.getLogger("seqkeeper.ordered")
 
@@ -65,33 +72,6 @@ log = logging.getLogger("seqkeeper.ordered")
 SWEEP_KEYS_PER_TICK = 64
 #: Ids forgotten per key and sweep (more on the next round).
 SWEEP_IDS_PER_KEY = 64
-
-Headers = list[tuple[str, bytes]] | None
-
-
-@dataclass
-class Out:
-    """One output record: topic role (``ordered``, ``deduped``, ``dlq``,
-    ``late``), key, value, headers."""
-
-    topic: str
-    key: bytes | None
-    value: bytes | None
-    headers: Headers = None
-
-
-@dataclass
-class Batch:
-    """What one outbox cycle produces, and what it confirms once produced:
-    ``confirms[(partition, key)]`` = the ordered output's ``next_expected``
-    when the batch was taken. ``generation`` is the assignment it belongs to."""
-
-    records: list[Out] = field(default_factory=list)
-    confirms: dict[tuple[int, str], int] = field(default_factory=dict)
-    generation: int = 0
-
-    def __bool__(self) -> bool:
-        return bool(self.records or self.confirms)
 
 
 class OrderedTopology:
@@ -231,9 +211,7 @@ class OrderedTopology:
             if window.size == 0:
                 continue
             seen = self.stores.seen(partition, key, window)
-            swept, forget = deduplicator.sweep(
-                seen, window, now, self.retention, SWEEP_IDS_PER_KEY
-            )
+            swept, forget = deduplicator.sweep(seen, window, now, self.retention, SWEEP_IDS_PER_KEY)
             if swept != window:
                 self.stores.forget(partition, key, state, swept, forget)
                 self.metrics.seen_forgotten.inc(len(forget))
@@ -353,131 +331,38 @@ class OrderedTopology:
         log.info("dead-lettered partition=%s offset=%s reason=%s", partition, offset, reason)
 
 
-def _awaiting(coro: Any) -> list[str]:
-    """Where a coroutine (or async generator) and what it awaits are suspended."""
-    out = []
-    while coro is not None:
-        frame = next(
-            (f for a in ("cr_frame", "ag_frame", "gi_frame") if (f := getattr(coro, a, None))),
-            None,
-        )
-        if frame is not None:
-            out.append(f"{frame.f_code.co_filename}:{frame.f_lineno} {frame.f_code.co_name}")
-        coro = next(
-            (n for a in ("cr_await", "ag_await", "gi_yieldfrom") if (n := getattr(coro, a, None))),
-            None,
-        )
-    return out
-
-
 def build_app(settings: Settings) -> faust.App:
     """The Faust app of the ordered/deduplicated topology for ``settings``."""
-    if not settings.broker:
-        raise ValueError("settings.broker is empty: start a broker first or give its address")
-    app = App(
-        settings.app_id,
-        broker=[f"kafka://{server.strip()}" for server in settings.broker.split(",")],
-        store="rocksdb://",
-        datadir=str(settings.data_dir),
-        web_enabled=True,
-        web_host=settings.web_host,
-        web_port=settings.web_port,
-        topic_partitions=settings.partitions,
-        topic_replication_factor=settings.replication,
-        consumer_auto_offset_reset="earliest",
-        table_standby_replicas=0,
-        broker_session_timeout=settings.session_timeout,
-        broker_heartbeat_interval=min(3.0, settings.session_timeout / 3),
-    )
-
-    def topic(name: str) -> Any:
-        return app.topic(
-            name,
-            key_type=bytes,
-            value_type=bytes,
-            key_serializer="raw",
-            value_serializer="raw",
-            partitions=settings.partitions,
-        )
-
-    source = topic(settings.input_topic)
+    app = make_app(settings)
+    source = raw_topic(app, settings.input_topic, settings.partitions)
     topics = {
-        "ordered": topic(settings.ordered_topic),
-        "deduped": topic(settings.deduped_topic),
-        "dlq": topic(settings.dlq_topic),
-        "late": topic(settings.late_topic),
+        role: raw_topic(app, name, settings.partitions)
+        for role, name in (
+            ("ordered", settings.ordered_topic),
+            ("deduped", settings.deduped_topic),
+            ("dlq", settings.dlq_topic),
+            ("late", settings.late_topic),
+        )
     }
     table = raw_table(app, "state", settings.partitions)
     store = FaustRocksStore(table)
     topology = OrderedTopology(settings, Stores(store))
     app.seqkeeper = topology  # type: ignore[attr-defined]
-    wake = asyncio.Event()
-    topology.on_output = wake.set
-    lock = asyncio.Lock()
-
-    async def cycle() -> None:
-        """One outbox cycle (module docstring, step 2)."""
-        async with lock:
-            batch = topology.take()
-            writes = store.pending_writes()
-            if not batch:
-                return
-            await asyncio.gather(*writes)
-            sent = [
-                topics[r.topic].send_soon(key=r.key, value=r.value, headers=r.headers)
-                for r in batch.records
-            ]
-            await asyncio.gather(*sent)
-            topology.confirm(batch)
-
-    app.before_commit.append(cycle)
-
-    @app.task
-    async def dump_tasks_on_sigusr1() -> None:
-        """``kill -USR1 <worker>`` logs every asyncio task's stack (a stuck
-        worker explains itself)."""
-
-        def dump() -> None:
-            lines = []
-            for task in asyncio.all_tasks():
-                lines.append(f"task {task.get_name()}:")
-                lines.extend(f"  {where}" for where in _awaiting(task.get_coro()))
-            log.warning(
-                "outbox %d records, wake %s, lock %s, owned %s, processed %s, generation %s",
-                len(topology.outbox.records),
-                wake.is_set(),
-                lock.locked(),
-                topology.owned,
-                topology.processed,
-                topology.generation,
-            )
-            consumer: Any = app.consumer
-            try:
-                paused = consumer._thread._ensure_consumer().paused()
-            except Exception as exc:  # noqa: BLE001
-                paused = exc
-            log.warning(
-                "consumer: paused %s, active %s, read %s, committed %s, flow %s",
-                paused,
-                getattr(consumer, "_active_partitions", None),
-                dict(consumer._read_offset),
-                dict(consumer._committed_offset),
-                app.flow_control.is_active(),
-            )
-            log.warning("asyncio tasks:\n%s", "\n".join(lines))
-
-        asyncio.get_running_loop().add_signal_handler(signal.SIGUSR1, dump)
-
-    @app.task
-    async def outbox() -> None:
-        while True:
-            await wake.wait()
-            wake.clear()
-            await cycle()
+    probe = install_outbox(app, topology, store, topics.__getitem__)
+    install_diagnostics(
+        app,
+        probe,
+        lambda: {
+            "outbox records": len(topology.outbox.records),
+            "owned": topology.owned,
+            "processed": topology.processed,
+            "generation": topology.generation,
+        },
+    )
+    install_metrics(app, topology.metrics.registry)
 
     def owned() -> list[Any]:
-        """This worker's active input partitions (TPs)."""
-        return [tp for tp in app.assignor.assigned_actives() if tp.topic == settings.input_topic]
+        return owned_partitions(app, settings.input_topic)
 
     @table.on_recover  # type: ignore[untyped-decorator]
     async def rebuild_index() -> None:
@@ -502,12 +387,5 @@ def build_app(settings: Settings) -> faust.App:
                 },
                 time.time(),
             )
-
-    @app.page("/metrics")
-    async def metrics(web: Any, request: Any) -> Any:
-        return web.bytes(
-            generate_latest(topology.metrics.registry),
-            content_type=CONTENT_TYPE_LATEST.split(";")[0] + "; version=0.0.4",
-        )
 
     return app

@@ -15,9 +15,7 @@ def event(seq: int, ts: object) -> bytes:
 
 
 def markers(topology: OrderedTopology) -> list[bytes]:
-    return [
-        o.value or b"" for o in topology.take().records if b"GapSkipped" in (o.value or b"")
-    ]
+    return [o.value or b"" for o in topology.take().records if b"GapSkipped" in (o.value or b"")]
 
 
 def run(field: str) -> OrderedTopology:
@@ -65,9 +63,10 @@ def test_the_timer_sweep_forgets_aged_ids_of_quiet_keys() -> None:
     for wall in (100.0, 100.5, 101.0):  # caught up and quiet: time passes max age
         topology.on_tick({0: (keys, keys)}, wall=wall)
     assert all(w.size == 0 for _, _, w in topology.stores.key_states(0))
-    assert topology.metrics.registry.get_sample_value(
-        "seqkeeper_seen_ids_forgotten_by_sweep_total"
-    ) == keys
+    assert (
+        topology.metrics.registry.get_sample_value("seqkeeper_seen_ids_forgotten_by_sweep_total")
+        == keys
+    )
     # a forgotten id is no longer a duplicate: its sequence was released, so
     # the copy is a conflict (dead-lettered), never emitted again
     topology.on_record(0, keys, b"k0", copy, 100.0, wall=101.5)

@@ -1,0 +1,522 @@
+"""Command Messages: an idempotent command handler with a Transactional Outbox.
+
+A command names an entity (``tenantId`` + ``partitionKey``, the Kafka key)
+and a ``commandType``; a registered handler ``(state, command) -> (new_state,
+events)`` decides. :func:`decide` turns one command, the entity record and
+the command's receipt into a :class:`Decision`: the new entity record, the
+new receipt, what to dispatch, and whether to retry or dead-letter.
+
+Records (the shell stores them; time is an argument, never read here):
+
+* :class:`Entity` — version, state, and the *outbox*: the messages of
+  commands not yet known to be dispatched, stored in the same record as the
+  state they belong to, so persisting both is one write.
+* :class:`Receipt` — the Message Store record and dedup marker of a command:
+  status (RECEIVED -> PROCESSING -> COMPLETED | FAILED | EXPIRED),
+  timestamps, error, attempts, the reply, and whether it was dispatched.
+
+Rules:
+
+* A command's effect is decided at most once per messageId: a copy that
+  arrives while its messages are still in the outbox dispatches them again
+  (same messageIds: ``<commandId>:<n>`` and ``<commandId>:reply``); a copy
+  after they were dispatched is dropped, and its stored reply is sent again
+  when the copy asks for one (``replyTo``).
+* Unknown ``commandType`` or unsupported ``schemaVersion``: FAILED and
+  dead-lettered with the reason (checked first: a contract error).
+* ``expiresAt`` passed: not executed, EXPIRED, reply "expired".
+* ``expectedVersion`` (optimistic concurrency) differs from the entity's
+  version: FAILED, reply naming both versions, state unchanged.
+* :class:`DomainError` from the handler: FAILED, reply ``success=false``,
+  no retry. Any other exception: PROCESSING, retried with capped
+  exponential backoff (:class:`RetryPolicy`), then FAILED and dead-lettered.
+
+Invariants (``tests/processors/test_command.py``): however often and in
+whatever interleaving commands are delivered, each messageId's handler
+result is applied at most once, entity versions count applied commands,
+and every dispatch of a command carries the same messageIds and bytes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+import orjson
+
+from processors.dead_letter import dead_letter_headers
+from processors.envelope import InvalidMessage, parse_time
+
+Status = Literal["RECEIVED", "PROCESSING", "COMPLETED", "FAILED", "EXPIRED"]
+#: :attr:`Outgoing.topic` of a dead letter (the shell's dead-letter topic).
+DEAD_LETTER = "@dead-letter"
+#: Where a command was read: topic, partition, offset, timestamp (ms).
+Origin = tuple[str, int, int, int | None]
+
+
+class CommandReason:
+    """Dead-letter reasons of the command topic (``seqkeeper.reason``)."""
+
+    INVALID_ENVELOPE = "invalid-envelope"
+    KEY_MISMATCH = "key-mismatch"
+    TENANT_MISMATCH = "tenant-mismatch"
+    UNKNOWN_COMMAND_TYPE = "unknown-command-type"
+    UNSUPPORTED_SCHEMA_VERSION = "unsupported-schema-version"
+    HANDLER_FAILED = "handler-failed"
+
+
+class DomainError(Exception):
+    """A business rule refused the command (no retry; the reply says why)."""
+
+    def __init__(self, message: str, data: Any = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.data = data
+
+
+@dataclass(frozen=True, slots=True)
+class Command:
+    """A valid command envelope. ``value`` is the original bytes."""
+
+    message_id: str
+    command_type: str
+    schema_version: int
+    correlation_id: str
+    causation_id: str | None
+    reply_to: str | None
+    expires_at: float | None
+    partition_key: str
+    tenant_id: str
+    headers: Mapping[str, Any]
+    payload: Any
+    expected_version: int | None
+    value: bytes
+
+    @property
+    def entity(self) -> str:
+        """The entity this command addresses: tenant and aggregate id."""
+        return entity_key(self.tenant_id, self.partition_key)
+
+
+def entity_key(tenant_id: str, partition_key: str) -> str:
+    return f"{len(tenant_id)}:{tenant_id}/{partition_key}"
+
+
+def parse_command(key: bytes | None, value: bytes | None, tenant: bytes | None = None) -> Command:
+    """Validate a command record; raise :class:`InvalidMessage` saying why.
+
+    ``tenant``: the record's ``tenant`` header when a gateway sets it; the
+    envelope's ``tenantId`` must then match it."""
+
+    def bad(reason: str, detail: str) -> InvalidMessage:
+        return InvalidMessage(reason, detail)
+
+    if value is None:
+        raise bad(CommandReason.INVALID_ENVELOPE, "the value is null; expected a JSON object")
+    try:
+        doc: Any = orjson.loads(value)
+    except orjson.JSONDecodeError as exc:
+        raise bad(CommandReason.INVALID_ENVELOPE, f"the value is not valid JSON: {exc}") from None
+    if not isinstance(doc, dict):
+        raise bad(CommandReason.INVALID_ENVELOPE, "the value is not a JSON object")
+
+    def text(name: str, required: bool = True) -> str | None:
+        v = doc.get(name)
+        if v is None and not required:
+            return None
+        if not isinstance(v, str) or not v:
+            raise bad(
+                CommandReason.INVALID_ENVELOPE, f"{name} must be a non-empty string, got {v!r}"
+            )
+        return v
+
+    message_id = text("messageId")
+    command_type = text("commandType")
+    correlation_id = text("correlationId")
+    partition_key = text("partitionKey")
+    tenant_id = text("tenantId")
+    causation_id = text("causationId", required=False)
+    reply_to = text("replyTo", required=False)
+    version = doc.get("schemaVersion")
+    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+        raise bad(
+            CommandReason.INVALID_ENVELOPE,
+            f"schemaVersion must be an integer >= 1, got {version!r}",
+        )
+    expected = doc.get("expectedVersion")
+    if expected is not None and (
+        isinstance(expected, bool) or not isinstance(expected, int) or expected < 0
+    ):
+        raise bad(
+            CommandReason.INVALID_ENVELOPE,
+            f"expectedVersion must be an integer >= 0, got {expected!r}",
+        )
+    headers = doc.get("headers", {})
+    if not isinstance(headers, dict):
+        raise bad(CommandReason.INVALID_ENVELOPE, f"headers must be an object, got {headers!r}")
+    if "payload" not in doc:
+        raise bad(CommandReason.INVALID_ENVELOPE, "required field 'payload' is missing")
+    expires_at = None
+    if doc.get("expiresAt") is not None:
+        try:
+            expires_at = parse_time(doc["expiresAt"], "expiresAt")
+        except InvalidMessage as exc:
+            raise bad(CommandReason.INVALID_ENVELOPE, exc.detail) from None
+    assert message_id and command_type and correlation_id and partition_key and tenant_id
+    kafka_key = None if key is None else key.decode("utf-8", "replace")
+    if kafka_key != partition_key:
+        raise bad(
+            CommandReason.KEY_MISMATCH,
+            f"the Kafka key {kafka_key!r} is not the partitionKey {partition_key!r}",
+        )
+    if tenant is not None and tenant.decode("utf-8", "replace") != tenant_id:
+        raise bad(
+            CommandReason.TENANT_MISMATCH,
+            f"tenantId {tenant_id!r} is not the record's tenant header "
+            f"{tenant.decode('utf-8', 'replace')!r}",
+        )
+    return Command(
+        message_id,
+        command_type,
+        version,
+        correlation_id,
+        causation_id,
+        reply_to,
+        expires_at,
+        partition_key,
+        tenant_id,
+        headers,
+        doc["payload"],
+        expected,
+        value,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """What a handler emits: a domain event (``topic`` None: the events topic)."""
+
+    type: str
+    data: Any = None
+    topic: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Outgoing:
+    """A message to dispatch: topic (``None``: the events topic;
+    :data:`DEAD_LETTER`: the dead-letter topic), key, bytes, headers."""
+
+    topic: str | None
+    key: str
+    message_id: str
+    value: bytes
+    headers: tuple[tuple[str, bytes], ...] = ()
+
+    def to_json(self) -> list[Any]:
+        return [
+            self.topic,
+            self.key,
+            self.message_id,
+            self.value.decode("latin-1"),
+            [[k, v.decode("latin-1")] for k, v in self.headers],
+        ]
+
+    @staticmethod
+    def from_json(raw: list[Any]) -> Outgoing:
+        headers = tuple((k, v.encode("latin-1")) for k, v in raw[4])
+        return Outgoing(raw[0], raw[1], raw[2], raw[3].encode("latin-1"), headers)
+
+
+@dataclass(frozen=True, slots=True)
+class Entity:
+    """An entity record: version (applied commands), state, and the outbox
+    (command messageId -> its messages) of commands not yet dispatched."""
+
+    version: int = 0
+    state: Any = None
+    outbox: tuple[tuple[str, tuple[Outgoing, ...]], ...] = ()
+
+    def pending(self, command_id: str) -> tuple[Outgoing, ...] | None:
+        for cid, messages in self.outbox:
+            if cid == command_id:
+                return messages
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class Receipt:
+    """The Message Store record of a command (and its dedup marker)."""
+
+    message_id: str
+    status: Status
+    entity: str
+    command_type: str
+    correlation_id: str
+    received_at: float
+    updated_at: float
+    attempts: int = 0
+    error: str | None = None
+    reply: Outgoing | None = None
+    dispatched: bool = False
+    retry_at: float | None = None
+    #: The command bytes and where they were read, kept only while a retry
+    #: is pending.
+    value: bytes | None = None
+    origin: Origin | None = None
+
+
+Handler = Callable[[Any, Command], tuple[Any, list[Event]]]
+
+
+@dataclass
+class Registry:
+    """Handlers per ``(commandType, schemaVersion)``."""
+
+    handlers: dict[tuple[str, int], Handler] = field(default_factory=dict)
+
+    def register(self, command_type: str, schema_version: int = 1) -> Callable[[Handler], Handler]:
+        def add(handler: Handler) -> Handler:
+            self.handlers[(command_type, schema_version)] = handler
+            return handler
+
+        return add
+
+    def versions(self, command_type: str) -> list[int]:
+        return sorted(v for t, v in self.handlers if t == command_type)
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """Attempts in all (the first included), and the capped backoff."""
+
+    attempts: int = 5
+    base: float = 0.5
+    cap: float = 30.0
+
+    def delay(self, attempt: int) -> float:
+        """Seconds before attempt ``attempt + 1`` (``attempt`` >= 1)."""
+        return float(min(self.cap, self.base * 2 ** (attempt - 1)))
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """What to persist (``entity`` and ``receipt`` when not ``None``), what
+    to dispatch now, and a dead letter ``(reason, detail, exception class)``."""
+
+    entity: Entity | None = None
+    receipt: Receipt | None = None
+    dispatch: tuple[Outgoing, ...] = ()
+    dead_letter: tuple[str, str, str] | None = None
+    duplicate: bool = False
+    applied: bool = False
+
+
+def reply(
+    command: Command, success: bool, message: str, data: Any = None, version: int | None = None
+) -> Outgoing | None:
+    if command.reply_to is None:
+        return None
+    body = {
+        "messageId": f"{command.message_id}:reply",
+        "correlationId": command.correlation_id,
+        "causationId": command.message_id,
+        "success": success,
+        "message": message,
+        "data": data,
+    }
+    if version is not None:
+        body["version"] = version
+    return Outgoing(
+        command.reply_to, command.partition_key, f"{command.message_id}:reply", orjson.dumps(body)
+    )
+
+
+def _events(command: Command, events: list[Event], version: int) -> tuple[Outgoing, ...]:
+    out = []
+    for n, ev in enumerate(events, 1):
+        mid = f"{command.message_id}:{n}"
+        body = {
+            "messageId": mid,
+            "type": ev.type,
+            "correlationId": command.correlation_id,
+            "causationId": command.message_id,
+            "tenantId": command.tenant_id,
+            "entity": command.partition_key,
+            "version": version,
+            "data": ev.data,
+        }
+        out.append(Outgoing(ev.topic, command.partition_key, mid, orjson.dumps(body)))
+    return tuple(out)
+
+
+def decide(
+    registry: Registry,
+    entity: Entity,
+    receipt: Receipt | None,
+    command: Command,
+    now: float,
+    retry: RetryPolicy = RetryPolicy(),
+    retrying: bool = False,
+    origin: Origin | None = None,
+) -> Decision:
+    """Decide on ``command`` for ``entity`` given its ``receipt`` (if any).
+
+    ``retrying``: the shell's retry timer offers a command in PROCESSING.
+    ``origin``: where the command was read (for dead-letter headers).
+    """
+    mid = command.message_id
+    stored = entity.pending(mid)
+    if stored is not None:  # not yet dispatched: dispatch the same messages again
+        repaired = receipt
+        if receipt is None:  # a crash cut the receipt write that followed
+            repaired = Receipt(
+                mid,
+                "COMPLETED",
+                command.entity,
+                command.command_type,
+                command.correlation_id,
+                now,
+                now,
+            )
+        return Decision(
+            receipt=repaired if repaired is not receipt else None, dispatch=stored, duplicate=True
+        )
+    if receipt is not None and not (retrying and receipt.status == "PROCESSING"):
+        again: tuple[Outgoing, ...] = ()
+        if receipt.dispatched and receipt.reply is not None and command.reply_to is not None:
+            again = (receipt.reply,)
+        return Decision(dispatch=again, duplicate=True)
+
+    attempts = receipt.attempts if receipt is not None else 0
+    received = receipt.received_at if receipt is not None else now
+
+    def record(
+        status: Status, error: str | None = None, answer: Outgoing | None = None, **extra: Any
+    ) -> Receipt:
+        return Receipt(
+            mid,
+            status,
+            command.entity,
+            command.command_type,
+            command.correlation_id,
+            received,
+            now,
+            attempts,
+            error,
+            answer,
+            **extra,
+        )
+
+    def finish(
+        status: Status,
+        answer: Outgoing | None,
+        error: str | None = None,
+        new: Entity | None = None,
+        events: tuple[Outgoing, ...] = (),
+        dead: tuple[str, str, str] | None = None,
+    ) -> Decision:
+        base = entity if new is None else new
+        messages = events + ((answer,) if answer is not None else ())
+        if dead is not None:  # the dead letter is dispatched like the rest
+            reason, detail, cls = dead
+            where = origin or ("", 0, 0, None)
+            headers = dead_letter_headers(reason, detail, *where, exception_class=cls)
+            headers.append(("seqkeeper.attempts", str(attempts).encode()))
+            letter = Outgoing(
+                DEAD_LETTER,
+                command.partition_key,
+                f"{mid}:dead-letter",
+                command.value,
+                tuple(headers),
+            )
+            messages += (letter,)
+        stored_entity = replace(base, outbox=(*base.outbox, (mid, messages))) if messages else new
+        rec = record(status, error, answer, dispatched=not messages)
+        return Decision(stored_entity, rec, messages, dead, applied=new is not None)
+
+    handler = registry.handlers.get((command.command_type, command.schema_version))
+    if handler is None:
+        versions = registry.versions(command.command_type)
+        if versions:
+            reason = CommandReason.UNSUPPORTED_SCHEMA_VERSION
+            detail = (
+                f"{command.command_type} schemaVersion {command.schema_version} is not "
+                f"supported (supported: {', '.join(map(str, versions))})"
+            )
+        else:
+            reason = CommandReason.UNKNOWN_COMMAND_TYPE
+            detail = f"no handler for commandType {command.command_type!r}"
+        return finish(
+            "FAILED",
+            reply(command, False, detail),
+            detail,
+            dead=(reason, detail, "seqkeeper.UnknownCommand"),
+        )
+    if command.expires_at is not None and now > command.expires_at:
+        return finish("EXPIRED", reply(command, False, "expired"), "expired")
+    if command.expected_version is not None and command.expected_version != entity.version:
+        detail = (
+            f"version conflict: expected version {command.expected_version}, "
+            f"entity is at version {entity.version}"
+        )
+        return finish("FAILED", reply(command, False, detail, version=entity.version), detail)
+    attempts += 1
+    try:
+        new_state, events = handler(entity.state, command)
+    except DomainError as exc:
+        return finish(
+            "FAILED",
+            reply(command, False, exc.message, exc.data, version=entity.version),
+            exc.message,
+        )
+    except Exception as exc:  # noqa: BLE001 - any other failure is retried
+        error = f"{type(exc).__module__}.{type(exc).__qualname__}: {exc}"
+        if attempts < retry.attempts:
+            return Decision(
+                receipt=record(
+                    "PROCESSING",
+                    error,
+                    retry_at=now + retry.delay(attempts),
+                    value=command.value,
+                    origin=origin,
+                )
+            )
+        detail = f"handler failed {attempts} times; last error: {error}"
+        cls = f"{type(exc).__module__}.{type(exc).__qualname__}"
+        return finish(
+            "FAILED",
+            reply(command, False, detail),
+            detail,
+            dead=(CommandReason.HANDLER_FAILED, detail, cls),
+        )
+    version = entity.version + 1
+    new = Entity(version, new_state, entity.outbox)
+    return finish(
+        "COMPLETED",
+        reply(command, True, "ok", new_state, version=version),
+        None,
+        new=new,
+        events=_events(command, events, version),
+    )
+
+
+def mark_dispatched(
+    entity: Entity, receipt: Receipt | None, command_id: str, now: float
+) -> tuple[Entity, Receipt | None]:
+    """The command's messages are durable downstream: drop them from the
+    outbox (keeping the reply in the receipt, to send again on request)."""
+    outbox = tuple((cid, msgs) for cid, msgs in entity.outbox if cid != command_id)
+    done = receipt
+    if receipt is not None and not receipt.dispatched:
+        done = replace(receipt, dispatched=True, updated_at=now, value=None, origin=None)
+    return replace(entity, outbox=outbox), done
+
+
+def expired_receipt(receipt: Receipt, now: float, keep: float) -> bool:
+    """Whether a dispatched, finished receipt is past its retention."""
+    return (
+        receipt.dispatched
+        and receipt.status in ("COMPLETED", "FAILED", "EXPIRED")
+        and receipt.updated_at + keep < now
+    )

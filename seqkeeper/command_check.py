@@ -1,0 +1,175 @@
+"""A duplicate storm of inventory commands, and its verification against the
+command, reply, event and dead-letter topics (demo and tests).
+
+The expectation comes from the command topic alone: in partition order,
+the first copy of each messageId is applied once by the same domain
+handlers; later copies change nothing.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from processors.command import Command, DomainError, parse_command
+from processors.envelope import InvalidMessage
+from processors.inventory import registry
+from seqkeeper.topics import Record
+from seqkeeper.verify import Check
+
+
+@dataclass
+class Storm:
+    distinct: int
+    records: list[tuple[bytes | None, bytes | None]]
+    poison: int
+
+
+def storm(
+    commands: int = 300,
+    tenants: int = 2,
+    skus: int = 5,
+    max_copies: int = 5,
+    reply_to: str = "commands.replies",
+    seed: int = 1,
+) -> Storm:
+    """``commands`` distinct inventory commands, each delivered 1..max_copies
+    times, shuffled across keys; plus poison records (not JSON, unknown
+    type, key mismatch) and a few expired commands."""
+    rng = random.Random(seed)
+    docs = []
+    for n in range(commands):
+        sku = f"sku-{rng.randrange(skus)}"
+        kind = rng.choices(["AddStock", "ReserveInventory", "ReleaseInventory"], [3, 4, 2])[0]
+        doc: dict[str, Any] = {
+            "messageId": f"cmd-{seed}-{n}",
+            "commandType": kind,
+            "schemaVersion": 1,
+            "correlationId": f"corr-{n % 50}",
+            "partitionKey": sku,
+            "tenantId": f"tenant-{rng.randrange(tenants)}",
+            "replyTo": reply_to,
+            "payload": {"quantity": rng.randint(1, 5), "orderId": f"order-{rng.randrange(20)}"},
+        }
+        if n % 37 == 0:
+            doc["expiresAt"] = "2020-01-01T00:00:00+00:00"
+        docs.append(doc)
+    records: list[tuple[bytes | None, bytes | None]] = []
+    for doc in docs:
+        value = orjson.dumps(doc)
+        records += [(doc["partitionKey"].encode(), value)] * rng.randint(1, max_copies)
+    rng.shuffle(records)
+    poison: list[tuple[bytes | None, bytes | None]] = [
+        (b"sku-0", b"{not json"),
+        (b"sku-1", orjson.dumps({**docs[0], "messageId": "poison-type", "commandType": "X"})),
+        (b"other", orjson.dumps({**docs[0], "messageId": "poison-key"})),
+    ]
+    for p in poison:
+        records.insert(rng.randrange(len(records)), p)
+    return Storm(commands, records, len(poison))
+
+
+@dataclass
+class CommandReport:
+    commands: int = 0
+    copies: int = 0
+    replies: int = 0
+    events: int = 0
+    dead_lettered: int = 0
+    redispatched: int = 0
+    stock: dict[str, Any] = field(default_factory=dict)
+    checks: list[Check] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return all(c.ok for c in self.checks)
+
+    def failures(self) -> list[Check]:
+        return [c for c in self.checks if not c.ok]
+
+
+def verify_commands(
+    commands: list[Record], replies: list[Record], events: list[Record], dlq: list[Record]
+) -> CommandReport:
+    report = CommandReport(copies=len(commands), dead_lettered=len(dlq))
+    first: dict[str, Command] = {}
+    rejected: set[tuple[bytes | None, bytes | None]] = set()
+    for rec in sorted(commands, key=lambda r: (r.partition, r.offset)):
+        try:
+            cmd = parse_command(rec.key, rec.value)
+        except InvalidMessage:
+            rejected.add((rec.key, rec.value))
+            continue
+        first.setdefault(cmd.message_id, cmd)
+    report.commands = len(first)
+    # the reference: each command once, in partition order, same handlers
+    state: dict[str, Any] = {}
+    version: dict[str, int] = defaultdict(int)
+    outcome: dict[str, bool] = {}
+    for mid, cmd in first.items():
+        handler = registry.handlers.get((cmd.command_type, cmd.schema_version))
+        if handler is None:
+            rejected.add((cmd.partition_key.encode(), cmd.value))
+            outcome[mid] = False
+            continue
+        if cmd.expires_at is not None:
+            outcome[mid] = False  # the storm's expiries are all in the past
+            continue
+        try:
+            state[cmd.entity], _ = handler(state.get(cmd.entity), cmd)
+            version[cmd.entity] += 1
+            outcome[mid] = True
+        except DomainError:
+            outcome[mid] = False
+    report.stock = state
+    checks = report.checks
+
+    def identical(records: list[Record], name: str) -> dict[str, Any]:
+        seen: dict[str, bytes | None] = {}
+        changed = 0
+        for r in records:
+            mid = orjson.loads(r.value or b"{}").get("messageId")
+            if mid in seen and seen[mid] != r.value:
+                changed += 1
+            seen.setdefault(mid, r.value)
+        report.redispatched += len(records) - len(seen)
+        checks.append(Check(f"{name}: a repeat with other bytes", changed))
+        return {m: orjson.loads(v or b"{}") for m, v in seen.items()}
+
+    got_replies = identical(replies, "replies")
+    got_events = identical(events, "events")
+    report.replies, report.events = len(got_replies), len(got_events)
+    missing = [m for m in first if f"{m}:reply" not in got_replies]
+    checks.append(Check("commands without a reply", len(missing), ", ".join(missing[:3])))
+    wrong = [
+        m
+        for m, ok in outcome.items()
+        if f"{m}:reply" in got_replies and got_replies[f"{m}:reply"]["success"] != ok
+    ]
+    checks.append(Check("replies with the wrong outcome", len(wrong), ", ".join(wrong[:3])))
+    # final state per entity: the reply of its highest version
+    final: dict[str, tuple[int, Any]] = {}
+    for m, cmd in first.items():
+        body = got_replies.get(f"{m}:reply")
+        if body and body["success"]:
+            v = body.get("version", 0)
+            if v > final.get(cmd.entity, (-1, None))[0]:
+                final[cmd.entity] = (v, body["data"])
+    differs = [e for e in state if final.get(e, (0, None))[1] != state[e]]
+    checks.append(Check("entities whose state differs from the reference", len(differs)))
+    negative = [e for e, (_, s) in final.items() if s and s["available"] < 0]
+    checks.append(Check("entities with negative stock", len(negative)))
+    versions = [e for e in state if final.get(e, (0, None))[0] != version[e]]
+    checks.append(Check("entities whose version is not the applied commands", len(versions)))
+    expected_events = sum(1 for ok in outcome.values() if ok)
+    checks.append(Check("events missing", max(0, expected_events - len(got_events))))
+    got = {(r.key, r.value) for r in dlq}
+    checks.append(Check("dead letters missing", len(rejected - got), repr(list(rejected - got))))
+    checks.append(
+        Check("dead letters not expected", len(got - rejected), repr(list(got - rejected)))
+    )
+    return report

@@ -1,0 +1,170 @@
+"""The command worker's table: entities, receipts and their indexes.
+
+Layout (one changelogged table, so a crash leaves a prefix of the writes):
+
+* ``e`` + entity key -> ``[version, state, [[commandId, [outgoing...]]...]]``
+* ``r`` + messageId -> the receipt (JSON)
+* ``o`` + entity key -> ``""`` while the entity has undispatched messages
+* ``w`` + messageId -> ``""`` while the command waits for a retry
+* ``c`` + correlationId + NUL + messageId -> ``""`` (look-ups by correlation)
+* ``t`` + 8-byte time + messageId -> ``""``: dispatched receipts by age
+
+Write order, so that any prefix is safe: an index that makes a timer or an
+assignment sweep look at something is written before the thing (``o``
+before the entity, ``w`` before the receipt) and deleted after it; the
+entity (state and outbox in one record) before the receipt; on dispatch,
+the receipt before the entity. What such a sweep finds stale it ignores and
+deletes.
+"""
+
+from __future__ import annotations
+
+import itertools
+import struct
+from collections.abc import Iterator
+from dataclasses import asdict
+from typing import Any
+
+import orjson
+
+from processors.command import Entity, Outgoing, Receipt
+from state.base import PartitionStore
+
+_TIME = struct.Struct(">d")
+
+
+def entity_key(entity: str) -> bytes:
+    return b"e" + entity.encode("utf-8")
+
+
+def receipt_key(message_id: str) -> bytes:
+    return b"r" + message_id.encode("utf-8")
+
+
+def encode_entity(entity: Entity) -> bytes:
+    return orjson.dumps(
+        [
+            entity.version,
+            entity.state,
+            [[cid, [m.to_json() for m in msgs]] for cid, msgs in entity.outbox],
+        ]
+    )
+
+
+def decode_entity(raw: bytes | None) -> Entity:
+    if raw is None:
+        return Entity()
+    version, state, outbox = orjson.loads(raw)
+    return Entity(
+        version,
+        state,
+        tuple((cid, tuple(Outgoing.from_json(m) for m in msgs)) for cid, msgs in outbox),
+    )
+
+
+def encode_receipt(receipt: Receipt) -> bytes:
+    doc: dict[str, Any] = asdict(receipt)
+    doc["reply"] = None if receipt.reply is None else receipt.reply.to_json()
+    doc["value"] = None if receipt.value is None else receipt.value.decode("utf-8")
+    return orjson.dumps(doc)
+
+
+def decode_receipt(raw: bytes | None) -> Receipt | None:
+    if raw is None:
+        return None
+    doc = orjson.loads(raw)
+    doc["reply"] = None if doc["reply"] is None else Outgoing.from_json(doc["reply"])
+    doc["value"] = None if doc["value"] is None else doc["value"].encode("utf-8")
+    doc["origin"] = None if doc["origin"] is None else tuple(doc["origin"])
+    return Receipt(**doc)
+
+
+def correlation_prefix(correlation_id: str) -> bytes:
+    return b"c" + correlation_id.encode("utf-8") + b"\x00"
+
+
+class CommandStore:
+    """Typed reads and ordered writes over one :class:`PartitionStore`."""
+
+    def __init__(self, store: PartitionStore) -> None:
+        self.store = store
+
+    def entity(self, partition: int, entity: str) -> Entity:
+        return decode_entity(self.store.get(partition, entity_key(entity)))
+
+    def receipt(self, partition: int, message_id: str) -> Receipt | None:
+        return decode_receipt(self.store.get(partition, receipt_key(message_id)))
+
+    def save(
+        self,
+        partition: int,
+        entity_id: str,
+        entity: Entity | None,
+        receipt: Receipt | None,
+        before: Receipt | None,
+    ) -> None:
+        """Persist a decision (write order: module docstring)."""
+        s = self.store
+        if receipt is not None and receipt.status == "PROCESSING":
+            s.put(partition, b"w" + receipt.message_id.encode("utf-8"), b"")
+        if entity is not None:
+            if entity.outbox:
+                s.put(partition, b"o" + entity_id.encode("utf-8"), b"")
+            s.put(partition, entity_key(entity_id), encode_entity(entity))
+        if receipt is not None:
+            s.put(partition, receipt_key(receipt.message_id), encode_receipt(receipt))
+            if before is None:
+                s.put(
+                    partition,
+                    correlation_prefix(receipt.correlation_id) + receipt.message_id.encode("utf-8"),
+                    b"",
+                )
+            if receipt.status != "PROCESSING" and before is not None:
+                s.delete(partition, b"w" + receipt.message_id.encode("utf-8"))
+            if receipt.dispatched:
+                self._aged(partition, receipt)
+
+    def dispatched(
+        self, partition: int, entity_id: str, entity: Entity, receipt: Receipt | None
+    ) -> None:
+        """Persist :func:`processors.command.mark_dispatched`."""
+        if receipt is not None:
+            self.store.put(partition, receipt_key(receipt.message_id), encode_receipt(receipt))
+            self._aged(partition, receipt)
+        self.store.put(partition, entity_key(entity_id), encode_entity(entity))
+        if not entity.outbox:
+            self.store.delete(partition, b"o" + entity_id.encode("utf-8"))
+
+    def _aged(self, partition: int, receipt: Receipt) -> None:
+        key = b"t" + _TIME.pack(receipt.updated_at) + receipt.message_id.encode("utf-8")
+        self.store.put(partition, key, b"")
+
+    def pending_entities(self, partition: int) -> Iterator[str]:
+        for key, _ in self.store.items(partition, b"o"):
+            yield key[1:].decode("utf-8")
+
+    def waiting_retries(self, partition: int) -> Iterator[str]:
+        for key, _ in self.store.items(partition, b"w"):
+            yield key[1:].decode("utf-8")
+
+    def drop_index(self, partition: int, key: bytes) -> None:
+        self.store.delete(partition, key)
+
+    def forget_aged(self, partition: int, before: float, limit: int) -> int:
+        """Delete up to ``limit`` dispatched receipts last updated before
+        ``before`` (and their index entries); how many were deleted."""
+        done = 0
+        for key, _ in list(itertools.islice(self.store.items(partition, b"t"), limit)):
+            at = float(_TIME.unpack(key[1:9])[0])
+            if at >= before:
+                break
+            mid = key[9:].decode("utf-8")
+            receipt = self.receipt(partition, mid)
+            if receipt is not None and receipt.updated_at <= at:
+                self.store.delete(
+                    partition, correlation_prefix(receipt.correlation_id) + mid.encode("utf-8")
+                )
+                self.store.delete(partition, receipt_key(mid))
+            self.store.delete(partition, key)
+            done += 1
+        return done

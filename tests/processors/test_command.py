@@ -1,0 +1,302 @@
+"""Properties of the command handler core (processors/command.py)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections import defaultdict
+from typing import Any
+
+import orjson
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from processors import inventory
+from processors.command import (
+    Command,
+    CommandReason,
+    Entity,
+    Event,
+    Outgoing,
+    Receipt,
+    Registry,
+    RetryPolicy,
+    decide,
+    mark_dispatched,
+    parse_command,
+)
+from processors.envelope import InvalidMessage
+
+
+def envelope(mid: str, ctype: str, sku: str, payload: Any, **extra: Any) -> bytes:
+    doc = {
+        "messageId": mid,
+        "commandType": ctype,
+        "schemaVersion": 1,
+        "correlationId": f"corr-{mid}",
+        "partitionKey": sku,
+        "tenantId": "t1",
+        "replyTo": "replies",
+        "payload": payload,
+    }
+    doc.update(extra)
+    return orjson.dumps(doc)
+
+
+def command(mid: str, ctype: str, sku: str, payload: Any, **extra: Any) -> Command:
+    return parse_command(sku.encode(), envelope(mid, ctype, sku, payload, **extra))
+
+
+class Shell:
+    """Applies decisions like the worker does, in memory."""
+
+    def __init__(self, registry: Registry = inventory.registry) -> None:
+        self.registry = registry
+        self.entities: dict[str, Entity] = defaultdict(Entity)
+        self.receipts: dict[str, Receipt] = {}
+        self.dispatched: dict[str, list[bytes]] = defaultdict(list)
+        self.dead: list[tuple[str, str, str]] = []
+        self.applied: list[str] = []
+
+    def offer(self, cmd: Command, now: float, retrying: bool = False) -> None:
+        d = decide(
+            self.registry,
+            self.entities[cmd.entity],
+            self.receipts.get(cmd.message_id),
+            cmd,
+            now,
+            RetryPolicy(attempts=3),
+            retrying,
+        )
+        if d.entity is not None:
+            self.entities[cmd.entity] = d.entity
+        if d.receipt is not None:
+            self.receipts[cmd.message_id] = d.receipt
+        for out in d.dispatch:
+            self.dispatched[out.message_id].append(out.value)
+        if d.dead_letter:
+            self.dead.append(d.dead_letter)
+        if d.applied:
+            self.applied.append(cmd.message_id)
+
+    def confirm_all(self, now: float) -> None:
+        for key, entity in list(self.entities.items()):
+            for cid, _ in entity.outbox:
+                e, r = mark_dispatched(self.entities[key], self.receipts.get(cid), cid, now)
+                self.entities[key] = e
+                if r is not None:
+                    self.receipts[cid] = r
+
+    def retry_due(self, now: float) -> None:
+        for r in list(self.receipts.values()):
+            if r.status == "PROCESSING" and r.retry_at is not None and r.retry_at <= now:
+                assert r.value is not None
+                sku = orjson.loads(r.value)["partitionKey"]
+                self.offer(parse_command(sku.encode(), r.value), now, retrying=True)
+
+
+@st.composite
+def storms(draw: st.DrawFn) -> tuple[list[Command], list[Command]]:
+    """Distinct commands over a few SKUs, and a delivery: each 1-5 times, shuffled."""
+    commands: list[Command] = []
+    for n in range(draw(st.integers(1, 25))):
+        sku = draw(st.sampled_from(["a", "b", "c"]))
+        kind = draw(st.sampled_from(["AddStock", "ReserveInventory", "ReleaseInventory"]))
+        order = f"o{draw(st.integers(0, 4))}"
+        qty = draw(st.integers(1, 5))
+        payload = {"quantity": qty, "orderId": order}
+        commands.append(command(f"c{n}", kind, sku, payload))
+    deliveries = [c for c in commands for _ in range(draw(st.integers(1, 5)))]
+    return commands, draw(st.permutations(deliveries))
+
+
+def reference(commands: list[Command], order: list[Command]) -> dict[str, Any]:
+    """Stock per SKU applying each command once, in first-arrival order."""
+    state: dict[str, Any] = {}
+    seen: set[str] = set()
+    for c in order:
+        if c.message_id in seen:
+            continue
+        seen.add(c.message_id)
+        handler = inventory.registry.handlers[(c.command_type, 1)]
+        with contextlib.suppress(inventory.DomainError):
+            state[c.entity], _ = handler(state.get(c.entity), c)
+    return state
+
+
+@settings(max_examples=200)
+@given(storms(), st.lists(st.booleans(), min_size=10, max_size=10))
+def test_duplicate_storms_apply_each_command_once(
+    storm: tuple[list[Command], list[Command]], confirms: list[bool]
+) -> None:
+    commands, delivery = storm
+    shell = Shell()
+    for i, c in enumerate(delivery):
+        shell.offer(c, 100.0 + i)
+        if confirms[i % len(confirms)]:
+            shell.confirm_all(100.0 + i)
+    shell.confirm_all(1000.0)
+    assert len(shell.applied) == len(set(shell.applied))  # each at most once
+    expected = reference(commands, delivery)
+    for key, entity in shell.entities.items():
+        assert entity.outbox == ()
+        state = entity.state or {"available": 0, "reserved": {}}
+        assert state == (expected.get(key) or {"available": 0, "reserved": {}})
+        assert state["available"] >= 0  # the stock invariant
+        assert entity.version == sum(1 for m in shell.applied if shell.receipts[m].entity == key)
+    for mid, values in shell.dispatched.items():
+        assert len(set(values)) == 1, mid  # every dispatch is byte-identical
+    for c in commands:  # every command answered (its reply dispatched at least once)
+        assert shell.dispatched[f"{c.message_id}:reply"]
+        assert shell.receipts[c.message_id].status in ("COMPLETED", "FAILED")
+
+
+@settings(max_examples=100)
+@given(st.lists(st.integers(0, 4), min_size=1, max_size=12), st.integers(0, 2**32))
+def test_transient_failures_are_retried_then_dead_lettered(failures: list[int], seed: int) -> None:
+    """A handler that fails a number of times: retried with backoff while
+    attempts remain (3), then FAILED and dead-lettered; never applied twice."""
+    registry = Registry()
+    calls: dict[str, int] = defaultdict(int)
+
+    @registry.register("Flaky")
+    def flaky(state: Any, cmd: Command) -> tuple[Any, list[Event]]:
+        calls[cmd.message_id] += 1
+        if calls[cmd.message_id] <= cmd.payload["fail"]:
+            raise RuntimeError("transient")
+        return (state or 0) + 1, [Event("Done")]
+
+    shell = Shell(registry)
+    cmds = [command(f"f{i}", "Flaky", "x", {"fail": n}) for i, n in enumerate(failures)]
+    now = 0.0
+    for c in cmds:
+        shell.offer(c, now)
+        shell.offer(c, now)  # a redelivery while in retry does nothing
+    for _ in range(10):
+        now += 60.0
+        shell.retry_due(now)
+    succeeded = [n for n in failures if n < 3]
+    assert shell.entities[cmds[0].entity].state == (len(succeeded) or None)
+    assert len(shell.dead) == len(failures) - len(succeeded)
+    assert all(d[0] == CommandReason.HANDLER_FAILED and "RuntimeError" in d[2] for d in shell.dead)
+    for c, n in zip(cmds, failures, strict=True):
+        assert calls[c.message_id] == min(n + 1, 3)
+        assert shell.receipts[c.message_id].status == ("COMPLETED" if n < 3 else "FAILED")
+    assert RetryPolicy(base=1, cap=5).delay(1) == 1 and RetryPolicy(base=1, cap=5).delay(9) == 5
+
+
+def test_expired_version_conflict_and_domain_failure_reply_and_change_nothing() -> None:
+    shell = Shell()
+    shell.offer(command("add", "AddStock", "a", {"quantity": 5}), 10.0)
+    expired = command("old", "AddStock", "a", {"quantity": 5}, expiresAt=5_000)
+    shell.offer(expired, 10.0)
+    conflict = command("cas", "AddStock", "a", {"quantity": 5}, expectedVersion=0)
+    shell.offer(conflict, 10.0)
+    too_many = command("r", "ReserveInventory", "a", {"quantity": 9, "orderId": "o"})
+    shell.offer(too_many, 10.0)
+    entity = shell.entities[expired.entity]
+    assert entity.version == 1 and entity.state == {"available": 5, "reserved": {}}
+    statuses = {m: shell.receipts[m].status for m in ("old", "cas", "r")}
+    assert statuses == {"old": "EXPIRED", "cas": "FAILED", "r": "FAILED"}
+    answer = {m: orjson.loads(shell.dispatched[f"{m}:reply"][0]) for m in ("old", "cas", "r")}
+    assert answer["old"]["message"] == "expired" and not answer["old"]["success"]
+    assert "expected version 0" in answer["cas"]["message"]
+    assert "version 1" in answer["cas"]["message"]
+    assert answer["r"]["data"] == {"available": 5} and "insufficient" in answer["r"]["message"]
+    assert shell.dead == []  # business outcomes are replies, not dead letters
+
+
+def test_a_copy_after_dispatch_is_dropped_and_resends_the_stored_reply() -> None:
+    shell = Shell()
+    c = command("add", "AddStock", "a", {"quantity": 1})
+    shell.offer(c, 1.0)
+    shell.confirm_all(2.0)
+    assert shell.receipts["add"].dispatched and shell.entities[c.entity].outbox == ()
+    shell.offer(c, 3.0)
+    assert shell.applied == ["add"] and len(shell.dispatched["add:reply"]) == 2
+    assert len(shell.dispatched["add:1"]) == 1  # events are not sent again
+    no_reply = parse_command(b"a", envelope("add", "AddStock", "a", {"quantity": 1}, replyTo=None))
+    shell.offer(no_reply, 4.0)
+    assert len(shell.dispatched["add:reply"]) == 2
+
+
+def test_unknown_type_and_unsupported_version_are_dead_lettered() -> None:
+    shell = Shell()
+    shell.offer(command("u", "Teleport", "a", {}), 1.0)
+    shell.offer(command("v", "AddStock", "a", {"quantity": 1}, schemaVersion=2), 1.0)
+    assert [d[0] for d in shell.dead] == [
+        CommandReason.UNKNOWN_COMMAND_TYPE,
+        CommandReason.UNSUPPORTED_SCHEMA_VERSION,
+    ]
+    assert "supported: 1" in shell.dead[1][1]
+    assert shell.entities[command("x", "AddStock", "a", {}).entity].version == 0
+
+
+def test_tenants_are_isolated() -> None:
+    shell = Shell()
+    shell.offer(command("a1", "AddStock", "sku", {"quantity": 5}), 1.0)
+    other = command("b1", "ReserveInventory", "sku", {"quantity": 5, "orderId": "o"}, tenantId="t2")
+    shell.offer(other, 2.0)  # tenant t2's "sku" is another entity: no stock there
+    assert shell.receipts["b1"].status == "FAILED"
+    assert shell.entities[command("x", "AddStock", "sku", {}).entity].state["available"] == 5
+    with pytest.raises(InvalidMessage) as info:  # a gateway-set tenant header must match
+        parse_command(b"sku", envelope("c", "AddStock", "sku", {}), tenant=b"t2")
+    assert info.value.reason == CommandReason.TENANT_MISMATCH
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "reason"),
+    [
+        (b"a", None, CommandReason.INVALID_ENVELOPE),
+        (b"a", b"{", CommandReason.INVALID_ENVELOPE),
+        (b"a", b"[]", CommandReason.INVALID_ENVELOPE),
+        (b"a", envelope("m", "AddStock", "a", {}, messageId=""), CommandReason.INVALID_ENVELOPE),
+        (
+            b"a",
+            envelope("m", "AddStock", "a", {}, schemaVersion="1"),
+            CommandReason.INVALID_ENVELOPE,
+        ),
+        (
+            b"a",
+            envelope("m", "AddStock", "a", {}, expiresAt="soon"),
+            CommandReason.INVALID_ENVELOPE,
+        ),
+        (
+            b"a",
+            envelope("m", "AddStock", "a", {}, expectedVersion=-1),
+            CommandReason.INVALID_ENVELOPE,
+        ),
+        (b"a", orjson.dumps({"messageId": "m"}), CommandReason.INVALID_ENVELOPE),
+        (b"b", envelope("m", "AddStock", "a", {}), CommandReason.KEY_MISMATCH),
+        (None, envelope("m", "AddStock", "a", {}), CommandReason.KEY_MISMATCH),
+    ],
+)
+def test_invalid_envelopes(key: bytes | None, value: bytes | None, reason: str) -> None:
+    with pytest.raises(InvalidMessage) as info:
+        parse_command(key, value)
+    assert info.value.reason == reason
+
+
+def test_outgoing_round_trips() -> None:
+    out = Outgoing(None, "k", "m:1", b'{"a":1}')
+    assert Outgoing.from_json(orjson.loads(orjson.dumps(out.to_json()))) == out
+
+
+def test_a_copy_before_dispatch_sends_the_stored_messages_again() -> None:
+    shell = Shell()
+    c = command("add", "AddStock", "a", {"quantity": 1})
+    shell.offer(c, 1.0)
+    shell.offer(c, 2.0)  # not yet confirmed: the outbox goes out again
+    assert len(shell.dispatched["add:1"]) == 2 and len(shell.dispatched["add:reply"]) == 2
+    del shell.receipts["add"]  # a crash cut the receipt write after the entity write
+    shell.offer(c, 3.0)
+    assert shell.applied == ["add"] and len(shell.dispatched["add:1"]) == 3
+    assert shell.receipts["add"].status == "COMPLETED"  # repaired
+    shell.confirm_all(4.0)
+    assert shell.receipts["add"].dispatched and shell.entities[c.entity].outbox == ()
+
+
+def test_an_expired_command_of_an_unknown_type_is_still_dead_lettered() -> None:
+    shell = Shell()
+    shell.offer(command("u", "Teleport", "a", {}, expiresAt=5_000), 10.0)
+    assert [d[0] for d in shell.dead] == [CommandReason.UNKNOWN_COMMAND_TYPE]

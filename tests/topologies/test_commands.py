@@ -1,0 +1,141 @@
+"""The command topology on an in-memory store: faults between persist and
+dispatch, and between dispatch and mark, never change the effect and always
+re-dispatch the same messages."""
+
+from __future__ import annotations
+
+import orjson
+
+from processors.command import Command, Event, Registry
+from processors.inventory import registry
+from seqkeeper.settings import Settings
+from state.commands import CommandStore
+from state.memory import MemoryStore
+from topologies.commands import CommandTopology
+
+SETTINGS = Settings(broker="unused", topology="commands", command_retry_delay=1.0)
+
+
+def cmd(mid: str, ctype: str, payload: object, sku: str = "sku-1") -> tuple[bytes, bytes]:
+    return sku.encode(), orjson.dumps(
+        {
+            "messageId": mid,
+            "commandType": ctype,
+            "schemaVersion": 1,
+            "correlationId": f"c-{mid}",
+            "partitionKey": sku,
+            "tenantId": "t1",
+            "replyTo": "replies",
+            "payload": payload,
+        }
+    )
+
+
+def worker(memory: MemoryStore) -> CommandTopology:
+    topology = CommandTopology(SETTINGS, CommandStore(memory), registry)
+    topology.on_assigned({0})
+    return topology
+
+
+def feed(topology: CommandTopology, *records: tuple[bytes, bytes]) -> None:
+    for offset, (key, value) in enumerate(records):
+        topology.on_record(0, offset, key, value, [], 1.0, 100.0)
+
+
+def sent(batch) -> dict[str, bytes]:  # type: ignore[no-untyped-def]
+    return {orjson.loads(r.value)["messageId"]: r.value for r in batch.records}
+
+
+def test_crash_between_persist_and_dispatch_dispatches_the_same_messages() -> None:
+    memory = MemoryStore()
+    first = worker(memory)
+    feed(first, cmd("a", "AddStock", {"quantity": 3}))
+    lost = sent(first.take())  # persisted, then the worker dies before producing
+    assert set(lost) == {"a:1", "a:reply"}
+    second = worker(memory)  # the assignment sweep finds the undispatched outbox
+    batch = second.take()
+    assert sent(batch) == lost
+    second.confirm(batch)
+    assert CommandStore(memory).receipt(0, "a").dispatched  # type: ignore[union-attr]
+    assert worker(memory).take().records == []  # nothing left to dispatch
+    third = worker(memory)
+    feed(third, cmd("a", "AddStock", {"quantity": 3}))  # a late copy: reply only
+    assert set(sent(third.take())) == {"a:reply"}
+    assert CommandStore(memory).entity(0, "2:t1/sku-1").state == {"available": 3, "reserved": {}}
+
+
+def test_crash_between_dispatch_and_mark_redispatches_without_a_second_effect() -> None:
+    memory = MemoryStore()
+    first = worker(memory)
+    feed(
+        first,
+        cmd("a", "AddStock", {"quantity": 5}),
+        cmd("r", "ReserveInventory", {"orderId": "o", "quantity": 4}),
+    )
+    produced = sent(first.take())  # produced, but the worker dies before the mark
+    second = worker(memory)
+    again = second.take()
+    assert sent(again) == produced
+    feed(second, cmd("r", "ReserveInventory", {"orderId": "o", "quantity": 4}))  # a copy
+    assert set(sent(second.take())) <= set(produced)
+    second.confirm(again)
+    entity = CommandStore(memory).entity(0, "2:t1/sku-1")
+    assert entity.version == 2 and entity.outbox == ()
+    assert entity.state == {"available": 1, "reserved": {"o": 4}}
+
+
+def test_poison_and_transient_failures_keep_the_partition_flowing() -> None:
+    memory = MemoryStore()
+    topology = worker(memory)
+    topology.on_record(0, 0, b"k", b"{not json", [], 1.0, 100.0)
+    key, value = cmd("x", "Teleport", {})
+    topology.on_record(0, 1, key, value, [], 1.0, 100.0)
+    key, value = cmd("t", "AddStock", {"quantity": 1})
+    topology.on_record(0, 2, key, value, [("tenant", b"t2")], 1.0, 100.0)
+    feed(topology, cmd("ok", "AddStock", {"quantity": 1}))
+    batch = topology.take()
+    dead = [dict(r.headers or []) for r in batch.records if r.topic == SETTINGS.command_dlq_topic]
+    assert [h["seqkeeper.reason"] for h in dead] == [
+        b"invalid-envelope",
+        b"unknown-command-type",
+        b"tenant-mismatch",
+    ]
+    replies = [orjson.loads(r.value) for r in batch.records if r.topic == "replies"]
+    assert [r["messageId"] for r in replies] == ["x:reply", "ok:reply"]
+    assert replies[1]["success"] and not replies[0]["success"]
+
+
+def test_transient_failures_are_retried_by_the_timer_then_dead_lettered() -> None:
+    flaky = Registry()
+    calls: dict[str, int] = {}
+
+    @flaky.register("Flaky")
+    def handler(state: object, command: Command) -> tuple[object, list[Event]]:
+        calls[command.message_id] = calls.get(command.message_id, 0) + 1
+        if calls[command.message_id] <= command.payload["fail"]:
+            raise ConnectionError("database away")
+        return 1, []
+
+    settings = Settings(
+        broker="unused", topology="commands", command_attempts=3, command_retry_delay=1.0
+    )
+    memory = MemoryStore()
+    topology = CommandTopology(settings, CommandStore(memory), flaky)
+    topology.on_assigned({0})
+    for offset, (mid, fail) in enumerate([("soon", 2), ("never", 9)]):
+        key, value = cmd(mid, "Flaky", {"fail": fail})
+        topology.on_record(0, offset, key, value, [], 1.0, 100.0)
+    assert topology.take().records == []  # nothing decided yet
+    restarted = CommandTopology(settings, CommandStore(memory), flaky)
+    restarted.on_assigned({0})  # the retry index survives a restart
+    for now in (100.5, 101.0, 103.0):
+        restarted.on_tick(now)
+    records = restarted.take().records
+    dead = [dict(r.headers or []) for r in records if r.topic == settings.command_dlq_topic]
+    assert calls == {"soon": 3, "never": 3}
+    assert len(dead) == 1 and dead[0]["seqkeeper.attempts"] == b"3"
+    assert b"ConnectionError" in dead[0]["kafka_dlt-exception-fqcn"]
+    store = CommandStore(memory)
+    assert store.receipt(0, "soon").status == "COMPLETED"  # type: ignore[union-attr]
+    assert store.receipt(0, "never").status == "FAILED"  # type: ignore[union-attr]
+    assert list(store.waiting_retries(0)) == []

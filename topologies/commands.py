@@ -1,0 +1,327 @@
+"""The command topology: ``commands.in`` -> idempotent handler with a
+Transactional Outbox -> ``commands.events``, ``replyTo`` topics,
+``commands.dlq``.
+
+Per command, in one synchronous block: parse, read the entity and the
+receipt, decide (:func:`processors.command.decide`), persist (entity with
+its outbox in one record, then the receipt), queue the messages to dispatch
+in the outbox of :mod:`topologies.shell`. The outbox cycle produces them once
+the state is durable and then marks them dispatched (drops them from the
+entity, keeps the receipt). On every assignment the worker dispatches again
+whatever an entity still holds (a crash between persist and dispatch, or
+between dispatch and mark). Retries of transient handler failures and the
+cleanup of old receipts run on a timer.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+import faust
+from prometheus_client import CollectorRegistry, Counter
+
+from processors.command import (
+    DEAD_LETTER,
+    Decision,
+    Outgoing,
+    Registry,
+    RetryPolicy,
+    decide,
+    mark_dispatched,
+    parse_command,
+)
+from processors.dead_letter import dead_letter_headers
+from processors.envelope import InvalidMessage
+from seqkeeper.settings import Settings
+from state.commands import CommandStore
+from state.faust_glue import raw_table
+from state.rocksdb import FaustRocksStore
+from topologies.shell import (
+    Batch,
+    Out,
+    install_diagnostics,
+    install_metrics,
+    install_outbox,
+    make_app,
+    owned_partitions,
+    raw_topic,
+)
+
+log = logging.getLogger("seqkeeper.commands")
+
+#: Old receipts deleted per partition and tick.
+CLEANUP_PER_TICK = 256
+
+
+class CommandMetrics:
+    def __init__(self) -> None:
+        self.registry = r = CollectorRegistry()
+        self.commands = Counter("seqkeeper_commands", "Commands consumed", registry=r)
+        self.outcomes = Counter(
+            "seqkeeper_command_outcomes", "Commands decided, by status", ["status"], registry=r
+        )
+        self.duplicates = Counter(
+            "seqkeeper_command_duplicates", "Command copies not executed again", registry=r
+        )
+        self.retries = Counter("seqkeeper_command_retries", "Handler retries", registry=r)
+        self.redispatched = Counter(
+            "seqkeeper_redispatched",
+            "Messages dispatched again (duplicate before the mark, or a sweep)",
+            registry=r,
+        )
+        self.dead_lettered = Counter(
+            "seqkeeper_command_dead_lettered", "Commands dead-lettered", ["reason"], registry=r
+        )
+        self.receipts_forgotten = Counter(
+            "seqkeeper_receipts_forgotten", "Receipts past retention deleted", registry=r
+        )
+
+
+class CommandTopology:
+    def __init__(self, settings: Settings, store: CommandStore, registry: Registry) -> None:
+        self.settings = settings
+        self.store = store
+        self.registry = registry
+        self.retry = RetryPolicy(settings.command_attempts, settings.command_retry_delay)
+        self.retries: list[tuple[float, int, str]] = []  # (due, partition, messageId)
+        self.owned: set[int] = set()
+        self.generation = 0
+        self.outbox = Batch()
+        self.on_output: Callable[[], None] = lambda: None
+        self.metrics = CommandMetrics()
+
+    # -- input -------------------------------------------------------------
+    def on_record(
+        self,
+        partition: int,
+        offset: int,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Any,
+        timestamp: float | None,
+        now: float,
+    ) -> None:
+        self.metrics.commands.inc()
+        pairs = headers.items() if isinstance(headers, dict) else headers or ()
+        tenant = next((v for k, v in pairs if k == "tenant"), None)
+        try:
+            command = parse_command(key, value, tenant)
+        except InvalidMessage as exc:
+            self.dead_letter(key, value, exc.reason, exc.detail, partition, offset, timestamp)
+            return
+        entity = self.store.entity(partition, command.entity)
+        receipt = self.store.receipt(partition, command.message_id)
+        millis = None if timestamp is None else int(timestamp * 1000)
+        origin = (self.settings.command_topic, partition, offset, millis)
+        decision = decide(self.registry, entity, receipt, command, now, self.retry, origin=origin)
+        self.apply(partition, command.entity, decision, receipt)
+
+    def apply(self, partition: int, entity_id: str, d: Decision, before: Any) -> None:
+        self.store.save(partition, entity_id, d.entity, d.receipt, before)
+        if d.duplicate:
+            self.metrics.duplicates.inc()
+            if d.dispatch:
+                self.metrics.redispatched.inc(len(d.dispatch))
+        elif d.receipt is not None:
+            self.metrics.outcomes.labels(d.receipt.status).inc()
+        if d.dead_letter is not None:
+            self.metrics.dead_lettered.labels(d.dead_letter[0]).inc()
+            log.info("command dead-lettered: %s", d.dead_letter[1])
+        for out in d.dispatch:
+            self.dispatch(out)
+        if d.receipt is not None and d.receipt.status == "PROCESSING":
+            assert d.receipt.retry_at is not None
+            heapq.heappush(self.retries, (d.receipt.retry_at, partition, d.receipt.message_id))
+            self.metrics.retries.inc()
+        stored = self.store.entity(partition, entity_id) if d.dispatch else None
+        if stored is not None and stored.outbox:
+            pending = self.outbox.confirms.setdefault((partition, entity_id), set())
+            pending.update(cid for cid, _ in stored.outbox)
+
+    # -- timers ------------------------------------------------------------
+    def on_tick(self, now: float) -> None:
+        """Retries that are due, and receipts past retention."""
+        while self.retries and self.retries[0][0] <= now:
+            _, partition, mid = heapq.heappop(self.retries)
+            if partition not in self.owned:
+                continue
+            receipt = self.store.receipt(partition, mid)
+            if receipt is None or receipt.status != "PROCESSING" or receipt.value is None:
+                self.store.drop_index(partition, b"w" + mid.encode("utf-8"))
+                continue
+            if receipt.retry_at is not None and receipt.retry_at > now:
+                heapq.heappush(self.retries, (receipt.retry_at, partition, mid))
+                continue
+            key = orjson_key(receipt.value)
+            command = parse_command(key, receipt.value)
+            entity = self.store.entity(partition, command.entity)
+            decision = decide(
+                self.registry,
+                entity,
+                receipt,
+                command,
+                now,
+                self.retry,
+                retrying=True,
+                origin=receipt.origin,
+            )
+            self.apply(partition, command.entity, decision, receipt)
+        for partition in sorted(self.owned):
+            n = self.store.forget_aged(
+                partition, now - self.settings.receipt_max_age, CLEANUP_PER_TICK
+            )
+            if n:
+                self.metrics.receipts_forgotten.inc(n)
+
+    def on_assigned(self, partitions: set[int]) -> None:
+        """Dispatch again what entities still hold; rebuild the retry heap."""
+        self.generation += 1
+        self.owned = set(partitions)
+        self.retries = []
+        again = 0
+        for partition in sorted(partitions):
+            for mid in list(self.store.waiting_retries(partition)):
+                receipt = self.store.receipt(partition, mid)
+                if receipt is None or receipt.status != "PROCESSING":
+                    self.store.drop_index(partition, b"w" + mid.encode("utf-8"))
+                else:
+                    heapq.heappush(self.retries, (receipt.retry_at or 0.0, partition, mid))
+            for entity_id in list(self.store.pending_entities(partition)):
+                entity = self.store.entity(partition, entity_id)
+                if not entity.outbox:
+                    self.store.drop_index(partition, b"o" + entity_id.encode("utf-8"))
+                    continue
+                for _cid, messages in entity.outbox:
+                    for out in messages:
+                        self.dispatch(out)
+                        again += 1
+                pending = self.outbox.confirms.setdefault((partition, entity_id), set())
+                pending.update(cid for cid, _ in entity.outbox)
+        if again:
+            self.metrics.redispatched.inc(again)
+            log.warning("dispatching %d undispatched outbox messages again", again)
+
+    # -- outbox ------------------------------------------------------------
+    def dispatch(self, out: Outgoing) -> None:
+        topic = {None: self.settings.events_topic, DEAD_LETTER: self.settings.command_dlq_topic}
+        name = topic.get(out.topic, out.topic)
+        assert name is not None
+        self.emit(name, out.key.encode("utf-8"), out.value, list(out.headers) or None)
+
+    def emit(self, topic: str, key: bytes | None, value: bytes | None, headers: Any = None) -> None:
+        self.outbox.records.append(Out(topic, key, value, headers))
+        if len(self.outbox.records) == 1:
+            self.on_output()
+
+    def take(self) -> Batch:
+        batch, self.outbox = self.outbox, Batch(generation=self.generation)
+        batch.generation = self.generation
+        return batch
+
+    def confirm(self, batch: Batch) -> None:
+        """Mark the batch's commands dispatched."""
+        if batch.generation != self.generation:
+            return
+        now = time.time()
+        for (partition, entity_id), command_ids in batch.confirms.items():
+            if partition not in self.owned:
+                continue
+            entity = self.store.entity(partition, entity_id)
+            for cid in command_ids:
+                if entity.pending(cid) is None:
+                    continue
+                entity, receipt = mark_dispatched(
+                    entity, self.store.receipt(partition, cid), cid, now
+                )
+                self.store.dispatched(partition, entity_id, entity, receipt)
+
+    def dead_letter(
+        self,
+        key: bytes | None,
+        value: bytes | None,
+        reason: str,
+        detail: str,
+        partition: int,
+        offset: int,
+        timestamp: float | None,
+        exception_class: str = "seqkeeper.InvalidCommand",
+        attempts: int | None = None,
+    ) -> None:
+        millis = None if timestamp is None else int(timestamp * 1000)
+        headers = dead_letter_headers(
+            reason,
+            detail,
+            self.settings.command_topic,
+            partition,
+            max(offset, 0),
+            millis,
+            exception_class,
+        )
+        if attempts is not None:
+            headers.append(("seqkeeper.attempts", str(attempts).encode()))
+        self.emit(self.settings.command_dlq_topic, key, value, headers)
+        self.metrics.dead_lettered.labels(reason).inc()
+        log.info(
+            "command dead-lettered partition=%s offset=%s reason=%s", partition, offset, reason
+        )
+
+
+def orjson_key(value: bytes) -> bytes:
+    """The Kafka key of a stored command (its ``partitionKey``)."""
+    import orjson
+
+    return str(orjson.loads(value)["partitionKey"]).encode("utf-8")
+
+
+def build_app(settings: Settings, registry: Registry | None = None) -> faust.App:
+    """The Faust app of the command topology (default: the inventory domain)."""
+    if registry is None:
+        from processors.inventory import registry as inventory
+
+        registry = inventory
+    app = make_app(settings)
+    source = raw_topic(app, settings.command_topic, settings.partitions)
+    topics: dict[str, Any] = {}
+
+    def resolve(name: str) -> Any:
+        if name not in topics:
+            topics[name] = raw_topic(app, name, settings.partitions)
+        return topics[name]
+
+    table = raw_table(app, "commands", settings.partitions)
+    store = FaustRocksStore(table)
+    topology = CommandTopology(settings, CommandStore(store), registry)
+    app.seqkeeper = topology  # type: ignore[attr-defined]
+    probe = install_outbox(app, topology, store, resolve)
+    install_diagnostics(app, probe, lambda: {"owned": topology.owned})
+    install_metrics(app, topology.metrics.registry)
+
+    @table.on_recover  # type: ignore[untyped-decorator]
+    async def sweep() -> None:
+        owned = owned_partitions(app, settings.command_topic)
+        topology.on_assigned({tp.partition for tp in owned})
+
+    @app.agent(source)
+    async def handle(stream: Any) -> None:
+        async for event in stream.events():
+            msg = event.message
+            topology.on_record(
+                msg.partition,
+                msg.offset,
+                msg.key,
+                msg.value,
+                msg.headers,
+                msg.timestamp,
+                time.time(),
+            )
+
+    @app.timer(settings.timer_interval)
+    async def retries_and_cleanup() -> None:
+        if not app.rebalancing:
+            topology.on_tick(time.time())
+
+    return app

@@ -1,0 +1,190 @@
+"""What every topology's Faust wiring shares: the app, the outbox cycle,
+diagnostics and the metrics page.
+
+The outbox cycle (see :mod:`topologies.ordered` for why): a topology queues
+output records in its outbox while it writes state; :func:`install_outbox`
+runs a task that takes the queued batch, waits until the state written so
+far is acknowledged by the broker, produces the batch, waits for those
+acknowledgements, and hands the batch back to the topology to confirm. The
+same cycle runs before every offset commit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import faust
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+from seqkeeper.settings import Settings
+from state.faust_glue import App
+from state.rocksdb import FaustRocksStore
+
+log = logging.getLogger("seqkeeper.shell")
+
+Headers = list[tuple[str, bytes]] | None
+
+
+@dataclass
+class Out:
+    """One output record: topic (a role the topology knows, or a topic
+    name), key, value, headers."""
+
+    topic: str
+    key: bytes | None
+    value: bytes | None
+    headers: Headers = None
+
+
+@dataclass
+class Batch:
+    """What one outbox cycle produces, and what the topology confirms once
+    it is produced (``confirms``: topology-specific, keyed per partition and
+    key). ``generation`` is the assignment it belongs to."""
+
+    records: list[Out] = field(default_factory=list)
+    confirms: dict[tuple[int, str], Any] = field(default_factory=dict)
+    generation: int = 0
+
+    def __bool__(self) -> bool:
+        return bool(self.records or self.confirms)
+
+
+class Outboxed(Protocol):
+    on_output: Callable[[], None]
+
+    def take(self) -> Batch: ...
+
+    def confirm(self, batch: Batch) -> None: ...
+
+
+def make_app(settings: Settings) -> faust.App:
+    """The Faust app for ``settings`` (RocksDB tables, our transport fixes)."""
+    if not settings.broker:
+        raise ValueError("settings.broker is empty: start a broker first or give its address")
+    return App(
+        settings.group_id,
+        broker=[f"kafka://{server.strip()}" for server in settings.broker.split(",")],
+        store="rocksdb://",
+        datadir=str(settings.data_dir),
+        web_enabled=True,
+        web_host=settings.web_host,
+        web_port=settings.web_port,
+        topic_partitions=settings.partitions,
+        topic_replication_factor=settings.replication,
+        consumer_auto_offset_reset="earliest",
+        table_standby_replicas=0,
+        broker_session_timeout=settings.session_timeout,
+        broker_heartbeat_interval=min(3.0, settings.session_timeout / 3),
+    )
+
+
+def raw_topic(app: faust.App, name: str, partitions: int) -> Any:
+    return app.topic(
+        name,
+        key_type=bytes,
+        value_type=bytes,
+        key_serializer="raw",
+        value_serializer="raw",
+        partitions=partitions,
+    )
+
+
+def install_outbox(
+    app: Any, topology: Outboxed, store: FaustRocksStore, resolve: Callable[[str], Any]
+) -> Callable[[], dict[str, Any]]:
+    """Run the outbox cycle for ``topology``; ``resolve`` maps an
+    :attr:`Out.topic` to a Faust topic. Returns a probe for diagnostics."""
+    wake = asyncio.Event()
+    topology.on_output = wake.set
+    lock = asyncio.Lock()
+
+    async def cycle() -> None:
+        async with lock:
+            batch = topology.take()
+            writes = store.pending_writes()
+            if not batch:
+                return
+            await asyncio.gather(*writes)
+            sent = [
+                resolve(r.topic).send_soon(key=r.key, value=r.value, headers=r.headers)
+                for r in batch.records
+            ]
+            await asyncio.gather(*sent)
+            topology.confirm(batch)
+
+    app.before_commit.append(cycle)
+
+    @app.task  # type: ignore[untyped-decorator]
+    async def outbox() -> None:
+        while True:
+            await wake.wait()
+            wake.clear()
+            await cycle()
+
+    return lambda: {"outbox wake": wake.is_set(), "outbox cycle running": lock.locked()}
+
+
+def install_diagnostics(app: Any, *probes: Callable[[], dict[str, Any]]) -> None:
+    """``kill -USR1 <worker>`` logs every asyncio task's stack, the consumer's
+    partition state and the probes' values (a stuck worker explains itself)."""
+
+    def dump() -> None:
+        lines = []
+        for task in asyncio.all_tasks():
+            lines.append(f"task {task.get_name()}:")
+            lines.extend(f"  {where}" for where in _awaiting(task.get_coro()))
+        state: dict[str, Any] = {}
+        for probe in probes:
+            state.update(probe())
+        consumer: Any = app.consumer
+        try:
+            state["paused"] = consumer._thread._ensure_consumer().paused()
+            state["read offsets"] = dict(consumer._read_offset)
+            state["committed offsets"] = dict(consumer._committed_offset)
+        except Exception as exc:  # noqa: BLE001 - diagnostics never fail the worker
+            state["consumer"] = repr(exc)
+        log.warning("state: %s", state)
+        log.warning("asyncio tasks:\n%s", "\n".join(lines))
+
+    @app.task  # type: ignore[untyped-decorator]
+    async def dump_tasks_on_sigusr1() -> None:
+        asyncio.get_running_loop().add_signal_handler(signal.SIGUSR1, dump)
+
+
+def install_metrics(app: Any, registry: CollectorRegistry) -> None:
+    """``GET /metrics`` in the Prometheus text format."""
+
+    @app.page("/metrics")  # type: ignore[untyped-decorator]
+    async def metrics(web: Any, request: Any) -> Any:
+        return web.bytes(
+            generate_latest(registry),
+            content_type=CONTENT_TYPE_LATEST.split(";")[0] + "; version=0.0.4",
+        )
+
+
+def owned_partitions(app: Any, topic: str) -> list[Any]:
+    """This worker's active partitions (TPs) of ``topic``."""
+    return [tp for tp in app.assignor.assigned_actives() if tp.topic == topic]
+
+
+def _awaiting(coro: Any) -> list[str]:
+    """Where a coroutine (or async generator) and what it awaits are suspended."""
+    out = []
+    while coro is not None:
+        frame = next(
+            (f for a in ("cr_frame", "ag_frame", "gi_frame") if (f := getattr(coro, a, None))),
+            None,
+        )
+        if frame is not None:
+            out.append(f"{frame.f_code.co_filename}:{frame.f_lineno} {frame.f_code.co_name}")
+        coro = next(
+            (n for a in ("cr_await", "ag_await", "gi_yieldfrom") if (n := getattr(coro, a, None))),
+            None,
+        )
+    return out
