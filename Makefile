@@ -7,7 +7,7 @@ VENV   ?= .venv
 BIN     = $(VENV)/bin
 STAMP   = $(VENV)/.installed
 
-.PHONY: demo test lint typecheck java clean
+.PHONY: demo demo-commands test lint typecheck java clean
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "need Python 3.11+ (python3.11 or python3)"; exit 1; }
@@ -25,6 +25,9 @@ java:
 
 demo: $(STAMP) java
 	$(BIN)/seqkeeper demo
+
+demo-commands: $(STAMP) java
+	$(BIN)/seqkeeper demo --topology commands
 
 test: $(STAMP) java
 	$(BIN)/python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)

@@ -147,9 +147,21 @@ def demo(
         float,
         typer.Option(help="Worker gap timeout in seconds: permanent gaps are given up after it."),
     ] = 10.0,
+    topology: Annotated[
+        str,
+        typer.Option(
+            help="ordered (the Resequencer + Idempotent Receiver) or commands "
+            "(the command worker on a duplicate storm of inventory commands)."
+        ),
+    ] = "ordered",
+    commands: Annotated[int, typer.Option(help="Distinct commands (--topology commands).")] = 2000,
 ) -> None:
     """The main job: publish a messy workload, run the worker, verify the output."""
-    from seqkeeper.demo import DemoOptions, run_demo
+    from seqkeeper.demo import DemoOptions, run_command_demo, run_demo
+
+    if topology == "commands":
+        settings = Settings().with_overrides(broker=broker, partitions=partitions)
+        raise typer.Exit(run_command_demo(settings, commands, seed))
 
     code = run_demo(
         Settings().with_overrides(broker=broker, partitions=partitions, gap_timeout=gap_timeout),

@@ -222,11 +222,11 @@ class CommandTopology:
         batch.generation = self.generation
         return batch
 
-    def confirm(self, batch: Batch) -> None:
-        """Mark the batch's commands dispatched."""
+    def confirm(self, batch: Batch, now: float | None = None) -> None:
+        """Mark the batch's commands dispatched (at ``now``, default: the clock)."""
         if batch.generation != self.generation:
             return
-        now = time.time()
+        now = time.time() if now is None else now
         for (partition, entity_id), command_ids in batch.confirms.items():
             if partition not in self.owned:
                 continue

@@ -139,3 +139,28 @@ def test_transient_failures_are_retried_by_the_timer_then_dead_lettered() -> Non
     assert store.receipt(0, "soon").status == "COMPLETED"  # type: ignore[union-attr]
     assert store.receipt(0, "never").status == "FAILED"  # type: ignore[union-attr]
     assert list(store.waiting_retries(0)) == []
+
+
+def test_old_receipts_are_cleaned_in_batches_and_the_entity_stays_small() -> None:
+    settings = Settings(broker="unused", topology="commands", receipt_max_age=3600.0)
+    memory = MemoryStore()
+    topology = CommandTopology(settings, CommandStore(memory), registry)
+    topology.on_assigned({0})
+    n = 300
+    for i in range(n):
+        key, value = cmd(f"m{i}", "AddStock", {"quantity": 1})
+        topology.on_record(0, i, key, value, [], 1.0, 100.0)
+    topology.confirm(topology.take(), now=100.0)
+    store = CommandStore(memory)
+    entity = store.entity(0, "2:t1/sku-1")
+    assert entity.version == n and entity.outbox == ()  # markers live apart
+    assert len(memory.get(0, b"e2:t1/sku-1") or b"") < 200
+    topology.on_tick(100.0 + 1800)  # younger than the retention: kept
+    assert store.receipt(0, "m0") is not None
+    topology.on_tick(100.0 + 3601)  # one batch
+    left = sum(1 for i in range(n) if store.receipt(0, f"m{i}") is not None)
+    assert left == n - 256
+    topology.on_tick(100.0 + 3602)
+    assert all(store.receipt(0, f"m{i}") is None for i in range(n))
+    assert list(memory.items(0, b"c")) == [] and list(memory.items(0, b"t")) == []
+    assert topology.metrics.registry.get_sample_value("seqkeeper_receipts_forgotten_total") == n
