@@ -230,7 +230,7 @@ def run_command_demo(settings: Settings, commands: int, seed: int, quiet: bool =
     console = Console(quiet=quiet)
     started = time.monotonic()
     settings = settings.with_overrides(topology="commands")
-    replies = "commands.replies"
+    replies = f"{settings.command_topic}.replies"
     work = storm(commands=commands, reply_to=replies, seed=seed)
     with (
         broker_for(settings) as settings,
