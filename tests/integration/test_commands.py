@@ -8,7 +8,9 @@ import asyncio
 import time
 
 import pytest
+from typer.testing import CliRunner
 
+from seqkeeper.cli import app
 from seqkeeper.command_check import storm, verify_commands
 from seqkeeper.demo import publish
 from seqkeeper.inspect import load, lookup
@@ -69,6 +71,16 @@ def test_duplicate_storm_with_a_crash(make_settings, names, tmp_path) -> None:
         (one,) = lookup(table, message_id="cmd-3-1")
         assert one["command"]["status"] in ("COMPLETED", "FAILED", "EXPIRED")
         assert one["entity"]["id"] == one["command"]["entity"]
+        shown = CliRunner().invoke(
+            app,
+            ["inspect", "-b", settings.broker, "--app-id", tag, "--message-id", "cmd-3-1"],
+        )
+        assert shown.exit_code == 0, shown.output
+        assert '"message_id": "cmd-3-1"' in shown.output and '"version"' in shown.output
+        missing = CliRunner().invoke(
+            app, ["inspect", "-b", settings.broker, "--app-id", tag, "--message-id", "nope"]
+        )
+        assert missing.exit_code == 1
         related = lookup(table, correlation_id="corr-1")
         assert {c["command"]["message_id"] for c in related} == {
             f"cmd-3-{n}" for n in range(400) if n % 50 == 1
