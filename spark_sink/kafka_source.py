@@ -218,12 +218,15 @@ class KafkaReader(DataSourceReader):  # type: ignore[misc]
         self.split = int(options.get("maxrecordsperpartition", "1000000"))
 
     def partitions(self) -> list[Slice]:
-        return asyncio.run(
+        slices = asyncio.run(
             plan(self.bootstrap, self.topics, self.starting, self.ending, self.split)
         )
+        # Nothing to read: one empty slice (Spark would invent a partition).
+        return slices or [Slice(self.bootstrap, "", 0, 0, 0)]
 
     def read(self, partition: Slice) -> Iterator[pa.RecordBatch]:
-        yield from asyncio.run(_fetch(partition, self.include_headers))
+        if isinstance(partition, Slice) and partition.start < partition.end:
+            yield from asyncio.run(_fetch(partition, self.include_headers))
 
 
 class KafkaDataSource(DataSource):  # type: ignore[misc]
