@@ -18,8 +18,9 @@ import orjson
 from processors.command import Command, DomainError, parse_command
 from processors.envelope import InvalidMessage
 from processors.inventory import registry
-from seqkeeper.topics import Record
-from seqkeeper.verify import Check
+from seqkeeper.settings import Settings
+from seqkeeper.topics import Record, read_topic
+from seqkeeper.verify import Check, Checked
 
 
 @dataclass
@@ -74,7 +75,7 @@ def storm(
 
 
 @dataclass
-class CommandReport:
+class CommandReport(Checked):
     commands: int = 0
     copies: int = 0
     replies: int = 0
@@ -84,12 +85,16 @@ class CommandReport:
     stock: dict[str, Any] = field(default_factory=dict)
     checks: list[Check] = field(default_factory=list)
 
-    @property
-    def ok(self) -> bool:
-        return all(c.ok for c in self.checks)
 
-    def failures(self) -> list[Check]:
-        return [c for c in self.checks if not c.ok]
+async def verify_command_topics(settings: Settings, replies: str) -> CommandReport:
+    """Read the command worker's topics to their exact ends and verify them."""
+    b = settings.broker
+    return verify_commands(
+        await read_topic(b, settings.command_topic),
+        await read_topic(b, replies),
+        await read_topic(b, settings.events_topic),
+        await read_topic(b, settings.command_dlq_topic),
+    )
 
 
 def verify_commands(

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from aiokafka import AIOKafkaProducer
 from rich.console import Console
@@ -138,11 +138,12 @@ def summary(report: Report, elapsed: float) -> Table:
     return table
 
 
-def run_demo(settings: Settings, options: DemoOptions) -> int:
-    """Run the demo; return the process exit code (0 only if verified)."""
-    console = Console(quiet=options.quiet)
-    started = time.monotonic()
-    workload = options.workload()
+@contextlib.contextmanager
+def demo_worker(
+    settings: Settings, extra_topics: Sequence[str] = ()
+) -> Iterator[tuple[Settings, WorkerProcess, Path]]:
+    """A broker (given or embedded), the topics, and a started worker with
+    its data and log in a temporary directory."""
     with (
         broker_for(settings) as settings,
         tempfile.TemporaryDirectory(prefix="seqkeeper-demo-") as tmp,
@@ -152,10 +153,21 @@ def run_demo(settings: Settings, options: DemoOptions) -> int:
         log_path = Path(tmp) / "worker.log"
         asyncio.run(
             create_topics(
-                settings.broker, settings.topics(), settings.partitions, settings.replication
+                settings.broker,
+                [*settings.topics(), *extra_topics],
+                settings.partitions,
+                settings.replication,
             )
         )
-        worker = WorkerProcess(settings, log_path).start()
+        yield settings, WorkerProcess(settings, log_path).start(), log_path
+
+
+def run_demo(settings: Settings, options: DemoOptions) -> int:
+    """Run the demo; return the process exit code (0 only if verified)."""
+    console = Console(quiet=options.quiet)
+    started = time.monotonic()
+    workload = options.workload()
+    with demo_worker(settings) as (settings, worker, log_path):
         try:
             with _progress(console) as progress:
                 asyncio.run(
@@ -225,39 +237,14 @@ def run_command_demo(settings: Settings, commands: int, seed: int, quiet: bool =
     (each delivered 1-5 times, plus poison), verified: every command
     answered, each applied once, stock equal to a reference computed
     without duplicates and never negative. Exit code 0 only if verified."""
-    from seqkeeper.command_check import storm, verify_commands
+    from seqkeeper.command_check import storm, verify_command_topics
 
     console = Console(quiet=quiet)
     started = time.monotonic()
     settings = settings.with_overrides(topology="commands")
     replies = f"{settings.command_topic}.replies"
     work = storm(commands=commands, reply_to=replies, seed=seed)
-    with (
-        broker_for(settings) as settings,
-        tempfile.TemporaryDirectory(prefix="seqkeeper-demo-") as tmp,
-    ):
-        if settings.data_dir == Settings().data_dir:
-            settings = settings.with_overrides(data_dir=Path(tmp) / "data")
-        log_path = Path(tmp) / "worker.log"
-        asyncio.run(
-            create_topics(
-                settings.broker,
-                [*settings.topics(), replies],
-                settings.partitions,
-                settings.replication,
-            )
-        )
-        worker = WorkerProcess(settings, log_path).start()
-
-        async def check() -> Any:
-            b = settings.broker
-            return verify_commands(
-                await read_topic(b, settings.command_topic),
-                await read_topic(b, replies),
-                await read_topic(b, settings.events_topic),
-                await read_topic(b, settings.command_dlq_topic),
-            )
-
+    with demo_worker(settings, [replies]) as (settings, worker, log_path):
         try:
             with _progress(console) as progress:
                 asyncio.run(
@@ -275,7 +262,10 @@ def run_command_demo(settings: Settings, commands: int, seed: int, quiet: bool =
                     )
                 )
                 deadline = time.monotonic() + 60
-                while not (report := asyncio.run(check())).ok and time.monotonic() < deadline:
+                while (
+                    not (report := asyncio.run(verify_command_topics(settings, replies))).ok
+                    and time.monotonic() < deadline
+                ):
                     worker.check_alive()
                     time.sleep(1)
         finally:

@@ -37,8 +37,21 @@ class Check:
         return self.count == 0
 
 
+class Checked:
+    """A report made of checks: ok when every check is."""
+
+    checks: list[Check]
+
+    @property
+    def ok(self) -> bool:
+        return all(c.ok for c in self.checks)
+
+    def failures(self) -> list[Check]:
+        return [c for c in self.checks if not c.ok]
+
+
 @dataclass
-class Report:
+class Report(Checked):
     input_records: int = 0
     valid_messages: int = 0
     redeliveries: int = 0
@@ -50,13 +63,6 @@ class Report:
     #: byte-identical repeats per output (``ordered``, ``deduped``, ``dlq``)
     reemitted: dict[str, int] = field(default_factory=dict)
     checks: list[Check] = field(default_factory=list)
-
-    @property
-    def ok(self) -> bool:
-        return all(c.ok for c in self.checks)
-
-    def failures(self) -> list[Check]:
-        return [c for c in self.checks if not c.ok]
 
 
 def _examples(items: Iterable[object], n: int = 3) -> str:

@@ -11,23 +11,13 @@ import pytest
 from typer.testing import CliRunner
 
 from seqkeeper.cli import app
-from seqkeeper.command_check import storm, verify_commands
+from seqkeeper.command_check import storm, verify_command_topics
 from seqkeeper.demo import publish
 from seqkeeper.inspect import load, lookup
-from seqkeeper.topics import create_topics, read_topic
+from seqkeeper.topics import create_topics
 from seqkeeper.worker import WorkerProcess
 
 pytestmark = pytest.mark.integration
-
-
-async def check(settings, replies: str):  # type: ignore[no-untyped-def]
-    b = settings.broker
-    return verify_commands(
-        await read_topic(b, settings.command_topic),
-        await read_topic(b, replies),
-        await read_topic(b, settings.events_topic),
-        await read_topic(b, settings.command_dlq_topic),
-    )
 
 
 def test_duplicate_storm_with_a_crash(make_settings, names, tmp_path) -> None:
@@ -57,7 +47,7 @@ def test_duplicate_storm_with_a_crash(make_settings, names, tmp_path) -> None:
     try:
         deadline = time.monotonic() + 150
         while True:
-            report = asyncio.run(check(settings, replies))
+            report = asyncio.run(verify_command_topics(settings, replies))
             if report.ok or time.monotonic() > deadline:
                 break
             second.check_alive()
