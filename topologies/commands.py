@@ -42,7 +42,7 @@ from state.faust_glue import raw_table
 from state.rocksdb import FaustRocksStore
 from topologies.shell import (
     Batch,
-    Out,
+    OutboxOwner,
     install_diagnostics,
     install_metrics,
     install_outbox,
@@ -81,7 +81,7 @@ class CommandMetrics:
         )
 
 
-class CommandTopology:
+class CommandTopology(OutboxOwner):
     def __init__(self, settings: Settings, store: CommandStore, registry: Registry) -> None:
         self.settings = settings
         self.store = store
@@ -211,16 +211,6 @@ class CommandTopology:
         name = topic.get(out.topic, out.topic)
         assert name is not None
         self.emit(name, out.key.encode("utf-8"), out.value, list(out.headers) or None)
-
-    def emit(self, topic: str, key: bytes | None, value: bytes | None, headers: Any = None) -> None:
-        self.outbox.records.append(Out(topic, key, value, headers))
-        if len(self.outbox.records) == 1:
-            self.on_output()
-
-    def take(self) -> Batch:
-        batch, self.outbox = self.outbox, Batch(generation=self.generation)
-        batch.generation = self.generation
-        return batch
 
     def confirm(self, batch: Batch, now: float | None = None) -> None:
         """Mark the batch's commands dispatched (at ``now``, default: the clock)."""

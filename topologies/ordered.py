@@ -55,8 +55,7 @@ from state.timers import GapTimers
 from topologies.metrics import Metrics
 from topologies.shell import (
     Batch,
-    Headers,
-    Out,
+    OutboxOwner,
     install_diagnostics,
     install_metrics,
     install_outbox,
@@ -74,7 +73,7 @@ SWEEP_KEYS_PER_TICK = 64
 SWEEP_IDS_PER_KEY = 64
 
 
-class OrderedTopology:
+class OrderedTopology(OutboxOwner):
     """Calls the cores for each input record and timer tick, persists, and
     queues outputs in the outbox (see the module docstring)."""
 
@@ -259,21 +258,9 @@ class OrderedTopology:
         return len(items)
 
     # -- outbox ------------------------------------------------------------
-    def emit(
-        self, topic: str, key: bytes | None, value: bytes | None, headers: Headers = None
-    ) -> None:
-        self.outbox.records.append(Out(topic, key, value, headers))
-        if len(self.outbox.records) == 1:
-            self.on_output()
-
-    def take(self) -> Batch:
-        """The outbox so far; the caller produces it once the state written
-        until now is durable, then calls :meth:`confirm`."""
-        batch, self.outbox = self.outbox, Batch(generation=self.generation)
-        batch.generation = self.generation
+    def taken(self, batch: Batch) -> None:
         for record in batch.records:
             self.metrics.messages_out.labels(record.topic).inc()
-        return batch
 
     def confirm(self, batch: Batch) -> None:
         """``batch`` was produced and acknowledged: record how far each key's

@@ -55,6 +55,34 @@ class Batch:
         return bool(self.records or self.confirms)
 
 
+class OutboxOwner:
+    """The outbox half of a topology: queue records, hand batches over.
+    Subclasses set ``outbox``, ``generation`` and ``on_output`` and
+    implement ``confirm``."""
+
+    outbox: Batch
+    generation: int
+    on_output: Callable[[], None]
+
+    def emit(
+        self, topic: str, key: bytes | None, value: bytes | None, headers: Headers = None
+    ) -> None:
+        self.outbox.records.append(Out(topic, key, value, headers))
+        if len(self.outbox.records) == 1:
+            self.on_output()
+
+    def take(self) -> Batch:
+        """The outbox so far; the shell produces it once the state written
+        until now is durable, then calls ``confirm``."""
+        batch, self.outbox = self.outbox, Batch(generation=self.generation)
+        batch.generation = self.generation
+        self.taken(batch)
+        return batch
+
+    def taken(self, batch: Batch) -> None:
+        """Called with every batch taken (metrics)."""
+
+
 class Outboxed(Protocol):
     on_output: Callable[[], None]
 
