@@ -37,7 +37,7 @@ def latest_run(warehouse: Path) -> tuple[int, dict[str, Any]]:
     return run, commit
 
 
-def _ends(bootstrap: str, topics: list[str]) -> dict[str, dict[str, int]]:
+def exact_ends(bootstrap: str, topics: list[str]) -> dict[str, dict[str, int]]:
     slices = asyncio.run(plan(bootstrap, dict.fromkeys(topics), "earliest", "latest", 2**62))
     ends: dict[str, dict[str, int]] = {t: {} for t in topics}
     for s in slices:
@@ -52,7 +52,7 @@ def compact_snapshots(spark: Any, bootstrap: str, topics: list[str], warehouse: 
     warehouse.mkdir(parents=True, exist_ok=True)
     previous, commit = latest_run(warehouse)
     run = previous + 1
-    ends = _ends(bootstrap, topics)
+    ends = exact_ends(bootstrap, topics)
     tables: dict[str, str] = {}
     for topic in topics:
         start = commit["offsets"].get(topic, {})

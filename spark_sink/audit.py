@@ -1,0 +1,134 @@
+"""The audit log: every message of the given topics in message-db's
+``messages`` shape, as Parquet, incremental and committed atomically.
+
+Columns: ``id`` (the messageId; ``<topic>:<partition>:<offset>`` when the
+value has none), ``stream_name`` (``<category>-<key>``; the category is the
+topic name with ``-`` replaced by ``_``, since ``-`` separates category and
+id), ``type``, ``position`` (gapless per stream, counted across runs),
+``global_position`` (unique and increasing across runs), ``data`` and
+``metadata`` (JSON text), ``time``, the Kafka coordinates, and
+``dead_letter_reason`` (the ``seqkeeper.reason`` header). Partitioned by
+``category`` and ``day``.
+
+Layout under ``<warehouse>/audit``: ``run=<n>/category=<c>/day=<d>/*.parquet``
+holds the rows a run appended; ``_commits/<n>.json`` the offsets it
+reached and its last positions; ``_LATEST`` the last complete run
+(replaced atomically). Readers take the runs up to ``_LATEST`` only, so a
+run killed midway is invisible, and a rerun without new records appends
+nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from spark_sink.kafka_source import read_kafka
+from spark_sink.snapshots import exact_ends
+
+
+def _latest(audit: Path) -> tuple[int, dict[str, Any]]:
+    pointer = audit / "_LATEST"
+    if not pointer.exists():
+        return 0, {"run": 0, "offsets": {}, "global_position": 0}
+    run = int(pointer.read_text().strip())
+    return run, json.loads((audit / "_commits" / f"{run}.json").read_text())
+
+
+def read_audit(spark: Any, warehouse: Path) -> Any:
+    """The audit table: every committed run (``None`` before the first)."""
+    audit = warehouse / "audit"
+    run, _ = _latest(audit)
+    paths = [str(audit / f"run={n}") for n in range(1, run + 1) if (audit / f"run={n}").exists()]
+    if not paths:
+        return None
+    return spark.read.option("basePath", str(audit)).parquet(*paths).drop("run")
+
+
+def compact_audit(spark: Any, bootstrap: str, topics: list[str], warehouse: Path) -> int:
+    """Append the topics' new records to the audit log; the run's number."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    audit = warehouse / "audit"
+    audit.mkdir(parents=True, exist_ok=True)
+    previous, commit = _latest(audit)
+    run = previous + 1
+    ends = exact_ends(bootstrap, topics)
+    starts = commit["offsets"]
+    new = read_kafka(
+        spark,
+        {
+            "kafka.bootstrap.servers": bootstrap,
+            "subscribe": ",".join(topics),
+            "includeHeaders": "true",
+            "startingOffsets": json.dumps({t: starts.get(t, {}) for t in topics}),
+            "endingOffsets": json.dumps(ends),
+        },
+    )
+    doc = F.from_json(
+        F.col("value").cast("string"),
+        "messageId STRING, type STRING, data STRING, metadata STRING",
+    )
+    reason = F.filter("headers", lambda h: h["key"] == "seqkeeper.reason")
+    rows = new.select(
+        "topic",
+        "partition",
+        "offset",
+        "timestamp",
+        F.regexp_replace("topic", "-", "_").alias("category"),
+        F.coalesce(F.col("key").cast("string"), F.lit("")).alias("key_text"),
+        doc.alias("doc"),
+        F.when(F.size(reason) > 0, reason[0]["value"].cast("string")).alias("dead_letter_reason"),
+    )
+    order = ["topic", "partition", "offset"]
+    stream = F.concat_ws("-", "category", "key_text")
+    prior = read_audit(spark, warehouse)
+    base = (
+        prior.groupBy("stream_name").agg((F.max("position") + 1).alias("base"))
+        if prior is not None
+        else None
+    )
+    out = rows.select(
+        F.coalesce(F.col("doc.messageId"), F.concat_ws(":", "topic", "partition", "offset")).alias(
+            "id"
+        ),
+        stream.alias("stream_name"),
+        F.coalesce(F.col("doc.type"), F.lit("")).alias("type"),
+        (F.row_number().over(Window.partitionBy(stream).orderBy(*order)) - 1).alias("rel"),
+        (F.row_number().over(Window.orderBy(*order)) + F.lit(int(commit["global_position"]))).alias(
+            "global_position"
+        ),
+        F.col("doc.data").alias("data"),
+        F.col("doc.metadata").alias("metadata"),
+        F.col("timestamp").alias("time"),
+        "topic",
+        "partition",
+        "offset",
+        "dead_letter_reason",
+        "category",
+        F.to_date("timestamp").alias("day"),
+    )
+    if base is not None:
+        out = out.join(base, "stream_name", "left").withColumn(
+            "position", F.col("rel") + F.coalesce(F.col("base"), F.lit(0))
+        )
+    else:
+        out = out.withColumn("position", F.col("rel"))
+    out = out.drop("rel", "base").cache()
+    count = out.count()
+    top = int(commit["global_position"]) + count
+    if count:
+        out.orderBy("global_position").write.mode("overwrite").partitionBy(
+            "category", "day"
+        ).parquet(str(audit / f"run={run}"))
+    out.unpersist()
+    (audit / "_commits").mkdir(exist_ok=True)
+    record = {"run": run, "offsets": ends, "global_position": top}
+    (audit / "_commits" / f"{run}.json").write_text(json.dumps(record, sort_keys=True))
+    tmp = audit / "_LATEST.tmp"
+    tmp.write_text(f"{run}\n")
+    os.replace(tmp, audit / "_LATEST")
+    return run
