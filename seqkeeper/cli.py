@@ -98,6 +98,41 @@ def worker(
 
 
 @app.command()
+def compact(
+    broker: Annotated[
+        str, typer.Option("--broker", "-b", help="Kafka bootstrap servers of the workers.")
+    ],
+    warehouse: Annotated[Path, typer.Option(help="Where the Parquet tables go.")] = Path(
+        "warehouse"
+    ),
+    master: Annotated[str, typer.Option(help="Spark master.")] = "local[*]",
+    app_id: Annotated[
+        Optional[str], typer.Option(help="Application id [env SEQKEEPER_APP_ID].")
+    ] = None,
+) -> None:
+    """Compact the changelog topics (state snapshots) and the message topics
+    (audit log) into Parquet, incrementally (PySpark)."""
+    from rich.console import Console
+
+    from spark_sink.job import run_compact, spark_session
+
+    console = Console()
+    settings = Settings().with_overrides(broker=broker, app_id=app_id)
+    with console.status("starting Spark") as status:
+        spark = spark_session(master)
+        try:
+            done = run_compact(spark, settings, warehouse, lambda s: status.update(s))
+        finally:
+            spark.stop()
+    if not done:
+        console.print("no seqkeeper topics on this broker: nothing to compact")
+        raise typer.Exit(1)
+    console.print(
+        f"committed under {warehouse}: " + ", ".join(f"{k} run {v}" for k, v in done.items())
+    )
+
+
+@app.command()
 def inspect(
     broker: Annotated[
         str, typer.Option("--broker", "-b", help="Kafka bootstrap servers of the worker.")

@@ -1,0 +1,70 @@
+"""``seqkeeper compact``: state snapshots of the changelog topics and the
+audit log of the message topics, in one run (see :mod:`spark_sink.snapshots`
+and :mod:`spark_sink.audit`)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from seqkeeper.settings import Settings
+from spark_sink.audit import compact_audit
+from spark_sink.snapshots import compact_snapshots
+
+
+async def existing_topics(bootstrap: str) -> set[str]:
+    from aiokafka import AIOKafkaConsumer
+
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap)
+    await consumer.start()
+    try:
+        return set(await consumer.topics())
+    finally:
+        await consumer.stop()
+
+
+def plan_topics(settings: Settings, existing: set[str]) -> tuple[list[str], list[str]]:
+    """(changelog topics, message topics) of both topologies that exist."""
+    ordered = settings.with_overrides(topology="ordered")
+    commands = settings.with_overrides(topology="commands")
+    changelogs = [
+        f"{ordered.group_id}-state-changelog",
+        f"{commands.group_id}-commands-changelog",
+    ]
+    messages = [*ordered.topics(), *commands.topics()]
+    return [t for t in changelogs if t in existing], [t for t in messages if t in existing]
+
+
+def spark_session(master: str) -> Any:
+    from pyspark.sql import SparkSession
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    return (
+        SparkSession.builder.master(master)
+        .appName("seqkeeper-compact")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.ui.showConsoleProgress", "false")
+        .getOrCreate()
+    )
+
+
+def run_compact(
+    spark: Any,
+    settings: Settings,
+    warehouse: Path,
+    step: Callable[[str], None] = lambda _: None,
+) -> dict[str, int]:
+    """One compaction run; the run numbers of the snapshots and the audit."""
+    changelogs, messages = plan_topics(settings, asyncio.run(existing_topics(settings.broker)))
+    done = {}
+    if changelogs:
+        step(f"state snapshots: {', '.join(changelogs)}")
+        done["snapshots"] = compact_snapshots(spark, settings.broker, changelogs, warehouse)
+    if messages:
+        step(f"audit log: {', '.join(messages)}")
+        done["audit"] = compact_audit(spark, settings.broker, messages, warehouse)
+    return done

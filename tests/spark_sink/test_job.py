@@ -1,0 +1,35 @@
+"""``seqkeeper compact``'s job: the app's changelog and message topics that
+exist are compacted in one run."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from seqkeeper.topics import create_topics
+from spark_sink.audit import read_audit
+from spark_sink.job import plan_topics, run_compact
+from spark_sink.snapshots import read_snapshot
+from tests.spark_sink.test_snapshots import put
+
+pytestmark = pytest.mark.integration
+
+
+def test_compacts_the_topics_that_exist(spark, broker, make_settings, tmp_path) -> None:
+    settings = make_settings()
+    changelog = f"{settings.app_id}-state-changelog"
+    asyncio.run(create_topics(broker.bootstrap, [changelog, settings.ordered_topic], 2))
+    asyncio.run(put(broker.bootstrap, changelog, [(b"a", b"1"), (b"a", b"2"), (b"b", b"3")]))
+    asyncio.run(put(broker.bootstrap, settings.ordered_topic, [(b"k", b'{"messageId":"x"}')]))
+    changelogs, messages = plan_topics(settings, {changelog, settings.ordered_topic, "other"})
+    assert (changelogs, messages) == ([changelog], [settings.ordered_topic])
+    steps: list[str] = []
+    done = run_compact(spark, settings, tmp_path / "w", steps.append)
+    assert done == {"snapshots": 1, "audit": 1} and len(steps) == 2
+    state = {
+        bytes(r.key): bytes(r.value)
+        for r in read_snapshot(spark, tmp_path / "w", changelog).collect()
+    }
+    assert state == {b"a": b"2", b"b": b"3"}
+    assert [r.id for r in read_audit(spark, tmp_path / "w").collect()] == ["x"]
