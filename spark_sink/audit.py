@@ -6,8 +6,8 @@ value has none), ``stream_name`` (``<category>-<key>``; the category is the
 topic name with ``-`` replaced by ``_``, since ``-`` separates category and
 id), ``type``, ``position`` (gapless per stream, counted across runs),
 ``global_position`` (unique and increasing across runs), ``data`` and
-``metadata`` (JSON text), ``time``, the Kafka coordinates, and
-``dead_letter_reason`` (the ``seqkeeper.reason`` header). Partitioned by
+``metadata`` (JSON text), ``time``, the original ``key`` and ``value``
+bytes (for replay), the Kafka coordinates, and ``dead_letter_reason`` (the ``seqkeeper.reason`` header). Partitioned by
 ``category`` and ``day``.
 
 Layout under ``<warehouse>/audit``: ``run=<n>/category=<c>/day=<d>/*.parquet``
@@ -74,6 +74,8 @@ def compact_audit(spark: Any, bootstrap: str, topics: list[str], warehouse: Path
     )
     reason = F.filter("headers", lambda h: h["key"] == "seqkeeper.reason")
     rows = new.select(
+        "key",
+        "value",
         "topic",
         "partition",
         "offset",
@@ -104,6 +106,8 @@ def compact_audit(spark: Any, bootstrap: str, topics: list[str], warehouse: Path
         F.col("doc.data").alias("data"),
         F.col("doc.metadata").alias("metadata"),
         F.col("timestamp").alias("time"),
+        "key",
+        "value",
         "topic",
         "partition",
         "offset",
