@@ -110,6 +110,9 @@ def compact(
     app_id: Annotated[
         Optional[str], typer.Option(help="Application id [env SEQKEEPER_APP_ID].")
     ] = None,
+    purge_days: Annotated[
+        Optional[int], typer.Option(help="Then delete audit days older than this many days.")
+    ] = None,
 ) -> None:
     """Compact the changelog topics (state snapshots) and the message topics
     (audit log) into Parquet, incrementally (PySpark)."""
@@ -131,6 +134,13 @@ def compact(
     console.print(
         f"committed under {warehouse}: " + ", ".join(f"{k} run {v}" for k, v in done.items())
     )
+    if purge_days is not None:
+        from spark_sink.audit import purge_audit
+
+        gone = purge_audit(warehouse, purge_days)
+        console.print(
+            f"retention: {gone} audit day partitions older than {purge_days} days deleted"
+        )
 
 
 @app.command()

@@ -11,8 +11,9 @@ bytes (for replay), the Kafka coordinates, and ``dead_letter_reason`` (the ``seq
 ``category`` and ``day``.
 
 Layout under ``<warehouse>/audit``: ``run=<n>/category=<c>/day=<d>/*.parquet``
-holds the rows a run appended; ``_commits/<n>.json`` the offsets it
-reached and its last positions; ``_LATEST`` the last complete run
+holds the rows a run appended; ``_positions/run=<n>`` every stream's next
+position after run n; ``_commits/<n>.json`` the offsets it reached and the
+last global position; ``_LATEST`` the last complete run
 (replaced atomically). Readers take the runs up to ``_LATEST`` only, so a
 run killed midway is invisible, and a rerun without new records appends
 nothing.
@@ -22,6 +23,8 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +44,11 @@ def read_audit(spark: Any, warehouse: Path) -> Any:
     """The audit table: every committed run (``None`` before the first)."""
     audit = warehouse / "audit"
     run, _ = _latest(audit)
-    paths = [str(audit / f"run={n}") for n in range(1, run + 1) if (audit / f"run={n}").exists()]
+    paths = [
+        str(audit / f"run={n}")
+        for n in range(1, run + 1)
+        if any((audit / f"run={n}").rglob("*.parquet"))
+    ]
     if not paths:
         return None
     return spark.read.option("basePath", str(audit)).parquet(*paths).drop("run")
@@ -87,10 +94,12 @@ def compact_audit(spark: Any, bootstrap: str, topics: list[str], warehouse: Path
     )
     order = ["topic", "partition", "offset"]
     stream = F.concat_ws("-", "category", "key_text")
-    prior = read_audit(spark, warehouse)
+    # Each stream's next position, kept per run (so purged rows do not
+    # reset positions, and a run does not rescan the whole log).
+    positions = audit / "_positions"
     base = (
-        prior.groupBy("stream_name").agg((F.max("position") + 1).alias("base"))
-        if prior is not None
+        spark.read.parquet(str(positions / f"run={previous}"))
+        if (positions / f"run={previous}").exists()
         else None
     )
     out = rows.select(
@@ -128,6 +137,10 @@ def compact_audit(spark: Any, bootstrap: str, topics: list[str], warehouse: Path
         out.orderBy("global_position").write.mode("overwrite").partitionBy(
             "category", "day"
         ).parquet(str(audit / f"run={run}"))
+    nexts = out.groupBy("stream_name").agg((F.max("position") + 1).alias("base"))
+    if base is not None:
+        nexts = nexts.unionByName(base).groupBy("stream_name").agg(F.max("base").alias("base"))
+    nexts.write.mode("overwrite").parquet(str(positions / f"run={run}"))
     out.unpersist()
     (audit / "_commits").mkdir(exist_ok=True)
     record = {"run": run, "offsets": ends, "global_position": top}
@@ -136,3 +149,17 @@ def compact_audit(spark: Any, bootstrap: str, topics: list[str], warehouse: Path
     tmp.write_text(f"{run}\n")
     os.replace(tmp, audit / "_LATEST")
     return run
+
+
+def purge_audit(warehouse: Path, keep_days: int, today: date | None = None) -> int:
+    """Delete the audit rows of days older than ``keep_days`` (whole
+    ``day=`` partitions, in every run); how many partitions went. Safe to
+    run again after an interruption: it only ever deletes old days."""
+    audit = warehouse / "audit"
+    cutoff = (today or datetime.now(UTC).date()) - timedelta(days=keep_days)
+    gone = 0
+    for day_dir in sorted(audit.glob("run=*/category=*/day=*")):
+        if date.fromisoformat(day_dir.name.removeprefix("day=")) < cutoff:
+            shutil.rmtree(day_dir)
+            gone += 1
+    return gone

@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import asyncio
 from collections import defaultdict
+from datetime import timedelta
 
 import orjson
 import pytest
 from aiokafka import AIOKafkaProducer
 
 from seqkeeper.topics import create_topics
-from spark_sink.audit import compact_audit, read_audit
+from spark_sink.audit import compact_audit, purge_audit, read_audit
 
 pytestmark = pytest.mark.integration
 
@@ -72,3 +73,22 @@ def test_audit_log_positions_and_reruns(spark, broker, names, tmp_path) -> None:
         assert positions == list(range(len(positions))), stream
     later = {r.id: r.global_position for r in rows if r.id in ("m59", "m60")}
     assert later["m60"] > 61  # appended after everything of the first run
+
+
+def test_purge_deletes_days_older_than_the_retention(spark, broker, names, tmp_path) -> None:
+    topic = f"old-{names['app_id']}"
+    asyncio.run(create_topics(broker.bootstrap, [topic], 1))
+    asyncio.run(send(broker.bootstrap, events(topic, 0, 5)))
+    warehouse = tmp_path / "w"
+    compact_audit(spark, broker.bootstrap, [topic], warehouse)
+    (day,) = {r.day for r in read_audit(spark, warehouse).collect()}
+    assert purge_audit(warehouse, keep_days=3, today=day + timedelta(days=3)) == 0
+    assert read_audit(spark, warehouse).count() == 5
+    assert purge_audit(warehouse, keep_days=3, today=day + timedelta(days=4)) == 1
+    assert read_audit(spark, warehouse) is None  # nothing left
+    # purged rows do not reset positions: the streams continue
+    asyncio.run(send(broker.bootstrap, events(topic, 5, 4)))
+    compact_audit(spark, broker.bootstrap, [topic], warehouse)
+    rows = read_audit(spark, warehouse).collect()
+    assert sorted(r.global_position for r in rows) == [6, 7, 8, 9]
+    assert min(r.position for r in rows) >= 1  # every key already had a message
