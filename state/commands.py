@@ -41,6 +41,14 @@ def receipt_key(message_id: str) -> bytes:
     return b"r" + message_id.encode("utf-8")
 
 
+def retry_key(message_id: str) -> bytes:
+    return b"w" + message_id.encode("utf-8")
+
+
+def pending_key(entity: str) -> bytes:
+    return b"o" + entity.encode("utf-8")
+
+
 def encode_entity(entity: Entity) -> bytes:
     return orjson.dumps(
         [
@@ -106,10 +114,10 @@ class CommandStore:
         """Persist a decision (write order: module docstring)."""
         s = self.store
         if receipt is not None and receipt.status == "PROCESSING":
-            s.put(partition, b"w" + receipt.message_id.encode("utf-8"), b"")
+            s.put(partition, retry_key(receipt.message_id), b"")
         if entity is not None:
             if entity.outbox:
-                s.put(partition, b"o" + entity_id.encode("utf-8"), b"")
+                s.put(partition, pending_key(entity_id), b"")
             s.put(partition, entity_key(entity_id), encode_entity(entity))
         if receipt is not None:
             s.put(partition, receipt_key(receipt.message_id), encode_receipt(receipt))
@@ -120,7 +128,7 @@ class CommandStore:
                     b"",
                 )
             if receipt.status != "PROCESSING" and before is not None:
-                s.delete(partition, b"w" + receipt.message_id.encode("utf-8"))
+                s.delete(partition, retry_key(receipt.message_id))
             if receipt.dispatched:
                 self._aged(partition, receipt)
 
@@ -133,7 +141,7 @@ class CommandStore:
             self._aged(partition, receipt)
         self.store.put(partition, entity_key(entity_id), encode_entity(entity))
         if not entity.outbox:
-            self.store.delete(partition, b"o" + entity_id.encode("utf-8"))
+            self.drop_pending(partition, entity_id)
 
     def _aged(self, partition: int, receipt: Receipt) -> None:
         key = b"t" + _TIME.pack(receipt.updated_at) + receipt.message_id.encode("utf-8")
@@ -147,8 +155,13 @@ class CommandStore:
         for key, _ in self.store.items(partition, b"w"):
             yield key[1:].decode("utf-8")
 
-    def drop_index(self, partition: int, key: bytes) -> None:
-        self.store.delete(partition, key)
+    def drop_retry(self, partition: int, message_id: str) -> None:
+        """Forget a stale retry index entry (its receipt is not PROCESSING)."""
+        self.store.delete(partition, retry_key(message_id))
+
+    def drop_pending(self, partition: int, entity: str) -> None:
+        """Forget a pending-outbox index entry (the entity's outbox is empty)."""
+        self.store.delete(partition, pending_key(entity))
 
     def forget_aged(self, partition: int, before: float, limit: int) -> int:
         """Delete up to ``limit`` dispatched receipts last updated before

@@ -22,12 +22,15 @@ from collections.abc import Callable
 from typing import Any
 
 import faust
+import orjson
 from prometheus_client import CollectorRegistry, Counter
 
 from processors.command import (
     DEAD_LETTER,
     Decision,
+    Entity,
     Outgoing,
+    Receipt,
     Registry,
     RetryPolicy,
     decide,
@@ -118,9 +121,12 @@ class CommandTopology(OutboxOwner):
         millis = None if timestamp is None else int(timestamp * 1000)
         origin = (self.settings.command_topic, partition, offset, millis)
         decision = decide(self.registry, entity, receipt, command, now, self.retry, origin=origin)
-        self.apply(partition, command.entity, decision, receipt)
+        self.apply(partition, command.entity, decision, entity, receipt)
 
-    def apply(self, partition: int, entity_id: str, d: Decision, before: Any) -> None:
+    def apply(
+        self, partition: int, entity_id: str, d: Decision, entity: Entity, before: Receipt | None
+    ) -> None:
+        """Persist and queue a decision made on ``entity`` and ``before``."""
         self.store.save(partition, entity_id, d.entity, d.receipt, before)
         if d.duplicate:
             self.metrics.duplicates.inc()
@@ -137,8 +143,8 @@ class CommandTopology(OutboxOwner):
             assert d.receipt.retry_at is not None
             heapq.heappush(self.retries, (d.receipt.retry_at, partition, d.receipt.message_id))
             self.metrics.retries.inc()
-        stored = self.store.entity(partition, entity_id) if d.dispatch else None
-        if stored is not None and stored.outbox:
+        stored = entity if d.entity is None else d.entity  # as persisted now
+        if d.dispatch and stored.outbox:
             pending = self.outbox.confirms.setdefault((partition, entity_id), set())
             pending.update(cid for cid, _ in stored.outbox)
 
@@ -151,13 +157,12 @@ class CommandTopology(OutboxOwner):
                 continue
             receipt = self.store.receipt(partition, mid)
             if receipt is None or receipt.status != "PROCESSING" or receipt.value is None:
-                self.store.drop_index(partition, b"w" + mid.encode("utf-8"))
+                self.store.drop_retry(partition, mid)
                 continue
             if receipt.retry_at is not None and receipt.retry_at > now:
                 heapq.heappush(self.retries, (receipt.retry_at, partition, mid))
                 continue
-            key = orjson_key(receipt.value)
-            command = parse_command(key, receipt.value)
+            command = parse_command(command_key(receipt.value), receipt.value)
             entity = self.store.entity(partition, command.entity)
             decision = decide(
                 self.registry,
@@ -169,7 +174,7 @@ class CommandTopology(OutboxOwner):
                 retrying=True,
                 origin=receipt.origin,
             )
-            self.apply(partition, command.entity, decision, receipt)
+            self.apply(partition, command.entity, decision, entity, receipt)
         for partition in sorted(self.owned):
             n = self.store.forget_aged(
                 partition, now - self.settings.receipt_max_age, CLEANUP_PER_TICK
@@ -187,13 +192,13 @@ class CommandTopology(OutboxOwner):
             for mid in list(self.store.waiting_retries(partition)):
                 receipt = self.store.receipt(partition, mid)
                 if receipt is None or receipt.status != "PROCESSING":
-                    self.store.drop_index(partition, b"w" + mid.encode("utf-8"))
+                    self.store.drop_retry(partition, mid)
                 else:
                     heapq.heappush(self.retries, (receipt.retry_at or 0.0, partition, mid))
             for entity_id in list(self.store.pending_entities(partition)):
                 entity = self.store.entity(partition, entity_id)
                 if not entity.outbox:
-                    self.store.drop_index(partition, b"o" + entity_id.encode("utf-8"))
+                    self.store.drop_pending(partition, entity_id)
                     continue
                 for _cid, messages in entity.outbox:
                     for out in messages:
@@ -260,10 +265,8 @@ class CommandTopology(OutboxOwner):
         )
 
 
-def orjson_key(value: bytes) -> bytes:
+def command_key(value: bytes) -> bytes:
     """The Kafka key of a stored command (its ``partitionKey``)."""
-    import orjson
-
     return str(orjson.loads(value)["partitionKey"]).encode("utf-8")
 
 
