@@ -101,9 +101,7 @@ class Stores:
         """Persist a step (and the dedup decision that admitted its message)."""
         store = self.state
         if decision is not None:
-            for position, forgotten in decision.forget:
-                store.delete(partition, codecs.seen_id_key(key, forgotten))
-                store.delete(partition, codecs.seen_position_key(key, position))
+            self._forget_ids(partition, key, decision.forget)
             if decision.remember is not None:
                 mid, seen = decision.remember
                 store.put(
@@ -127,11 +125,15 @@ class Stores:
         forget: tuple[tuple[int, str], ...],
     ) -> None:
         """Persist a sweep: ``forget`` (position, id) and the new window."""
-        store = self.state
+        self._forget_ids(partition, key, forget)
+        self.state.put(partition, codecs.key_state_key(key), codecs.encode_key_state(state, window))
+
+    def _forget_ids(self, partition: int, key: str, forget: tuple[tuple[int, str], ...]) -> None:
+        """Delete forgotten seen ids (before the key state: forgetting early
+        is harmless)."""
         for position, forgotten in forget:
-            store.delete(partition, codecs.seen_id_key(key, forgotten))
-            store.delete(partition, codecs.seen_position_key(key, position))
-        store.put(partition, codecs.key_state_key(key), codecs.encode_key_state(state, window))
+            self.state.delete(partition, codecs.seen_id_key(key, forgotten))
+            self.state.delete(partition, codecs.seen_position_key(key, position))
 
     def key_states(
         self, partition: int, after: str | None = None
