@@ -22,22 +22,17 @@ nothing.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from spark_sink.kafka_source import read_kafka
-from spark_sink.snapshots import exact_ends
+from spark_sink.snapshots import commit_run, exact_ends, last_commit
 
 
 def _latest(audit: Path) -> tuple[int, dict[str, Any]]:
-    pointer = audit / "_LATEST"
-    if not pointer.exists():
-        return 0, {"run": 0, "offsets": {}, "global_position": 0}
-    run = int(pointer.read_text().strip())
-    return run, json.loads((audit / "_commits" / f"{run}.json").read_text())
+    return last_commit(audit, {"offsets": {}, "global_position": 0})
 
 
 def read_audit(spark: Any, warehouse: Path) -> Any:
@@ -142,12 +137,7 @@ def compact_audit(spark: Any, bootstrap: str, topics: list[str], warehouse: Path
         nexts = nexts.unionByName(base).groupBy("stream_name").agg(F.max("base").alias("base"))
     nexts.write.mode("overwrite").parquet(str(positions / f"run={run}"))
     out.unpersist()
-    (audit / "_commits").mkdir(exist_ok=True)
-    record = {"run": run, "offsets": ends, "global_position": top}
-    (audit / "_commits" / f"{run}.json").write_text(json.dumps(record, sort_keys=True))
-    tmp = audit / "_LATEST.tmp"
-    tmp.write_text(f"{run}\n")
-    os.replace(tmp, audit / "_LATEST")
+    commit_run(audit, {"run": run, "offsets": ends, "global_position": top})
     return run
 
 

@@ -27,14 +27,30 @@ from typing import Any
 from spark_sink.kafka_source import plan, read_kafka
 
 
-def latest_run(warehouse: Path) -> tuple[int, dict[str, Any]]:
-    """The last complete run and its commit (run 0: nothing yet)."""
-    pointer = warehouse / "_LATEST"
+def last_commit(directory: Path, empty: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    """The last complete run under ``directory`` and its commit record
+    (run 0 and ``empty`` before the first)."""
+    pointer = directory / "_LATEST"
     if not pointer.exists():
-        return 0, {"run": 0, "offsets": {}, "tables": {}}
+        return 0, {"run": 0, **empty}
     run = int(pointer.read_text().strip())
-    commit = json.loads((warehouse / "_commits" / f"{run}.json").read_text())
-    return run, commit
+    return run, json.loads((directory / "_commits" / f"{run}.json").read_text())
+
+
+def commit_run(directory: Path, record: dict[str, Any]) -> None:
+    """Write run ``record["run"]``'s commit record, then make it the last
+    complete run by replacing ``_LATEST`` atomically (the commit point)."""
+    (directory / "_commits").mkdir(exist_ok=True)
+    run = record["run"]
+    (directory / "_commits" / f"{run}.json").write_text(json.dumps(record, sort_keys=True))
+    tmp = directory / "_LATEST.tmp"
+    tmp.write_text(f"{run}\n")
+    os.replace(tmp, directory / "_LATEST")
+
+
+def latest_run(warehouse: Path) -> tuple[int, dict[str, Any]]:
+    """The last complete snapshot run and its commit (run 0: nothing yet)."""
+    return last_commit(warehouse, {"offsets": {}, "tables": {}})
 
 
 def exact_ends(bootstrap: str, topics: list[str]) -> dict[str, dict[str, int]]:
@@ -81,12 +97,7 @@ def compact_snapshots(spark: Any, bootstrap: str, topics: list[str], warehouse: 
         path = f"snapshots/{topic}/run={run}"
         latest.orderBy("partition", "offset").write.mode("overwrite").parquet(str(warehouse / path))
         tables[topic] = path
-    (warehouse / "_commits").mkdir(exist_ok=True)
-    record = {"run": run, "offsets": ends, "tables": tables}
-    (warehouse / "_commits" / f"{run}.json").write_text(json.dumps(record, sort_keys=True))
-    tmp = warehouse / "_LATEST.tmp"
-    tmp.write_text(f"{run}\n")
-    os.replace(tmp, warehouse / "_LATEST")  # the commit point
+    commit_run(warehouse, {"run": run, "offsets": ends, "tables": tables})
     return run
 
 
