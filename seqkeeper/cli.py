@@ -6,7 +6,7 @@ import signal
 import time
 from datetime import datetime
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
@@ -116,17 +116,41 @@ def compact(
 ) -> None:
     """Compact the changelog topics (state snapshots) and the message topics
     (audit log) into Parquet, incrementally (PySpark)."""
-    from rich.console import Console
+    import threading
 
-    from spark_sink.job import run_compact, spark_session
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+    from spark_sink.job import run_compact, spark_session, watch_tasks
 
     console = Console()
     settings = Settings().with_overrides(broker=broker, app_id=app_id)
-    with console.status("starting Spark") as status:
+    sealer = _sealer()
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
+    with Progress(*columns, console=console) as bar:
+        units = bar.add_task("starting Spark", total=None)
+        tasks = bar.add_task("  Spark tasks", total=None)
         spark = spark_session(master)
+        stop = threading.Event()
+        watcher = threading.Thread(
+            target=watch_tasks,
+            args=(spark, lambda d, t: bar.update(tasks, completed=d, total=t or None), stop),
+            daemon=True,
+        )
+        watcher.start()
+        started = 0
+
+        def step(label: str, total: int) -> None:
+            nonlocal started
+            bar.update(units, description=label, total=total, completed=started)
+            started += 1
+
         try:
-            done = run_compact(spark, settings, warehouse, lambda s: status.update(s))
+            done = run_compact(spark, settings, warehouse, step, sealer)
+            bar.update(units, description="committed", completed=started)
         finally:
+            stop.set()
+            watcher.join()
             spark.stop()
     if not done:
         console.print("no seqkeeper topics on this broker: nothing to compact")
@@ -169,6 +193,7 @@ def replay(
     from spark_sink.replay import replay as run
 
     selection = Selection(category, stream, message_type, since, until, from_position, to_position)
+    sealer = _sealer()
     spark = spark_session(master)
     try:
         with Progress() as bar:
@@ -181,10 +206,116 @@ def replay(
                 topic,
                 dry_run,
                 lambda total, done: bar.update(task, total=total, completed=done),
+                sealer,
             )
     finally:
         spark.stop()
     typer.echo(f"{n} messages {'selected' if dry_run else 'published to ' + topic}")
+
+
+@app.command()
+def keygen() -> None:
+    """Print a new audit encryption key (for SEQKEEPER_AUDIT_KEY)."""
+    from spark_sink.crypto import new_key
+
+    typer.echo(new_key())
+
+
+store_app = typer.Typer(
+    help="Read the audit log like message-db: streams, categories, versions.",
+    no_args_is_help=True,
+)
+app.add_typer(store_app, name="store")
+WarehouseOpt = Annotated[Path, typer.Option(help="Where compact wrote.")]
+
+
+def _store(warehouse: Path) -> Any:
+    from spark_sink.store import MessageStore
+
+    try:
+        return MessageStore(warehouse, _sealer())
+    except FileNotFoundError as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(1) from None
+
+
+def _read(call: Any) -> Any:
+    """``call()``, with a wrong argument or a missing key as a clear error."""
+    try:
+        return call()
+    except ValueError as e:  # includes AuditKeyError
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(2) from None
+
+
+def _print(messages: list[Any]) -> None:
+    import orjson
+
+    for m in messages:
+        typer.echo(orjson.dumps(m.to_json()).decode())
+
+
+@store_app.command("stream")
+def store_stream(
+    name: Annotated[str, typer.Argument(help="Stream name, <category>-<id>.")],
+    position: Annotated[int, typer.Option(help="From this stream position.")] = 0,
+    batch_size: Annotated[int, typer.Option(help="At most this many.")] = 1000,
+    warehouse: WarehouseOpt = Path("warehouse"),
+) -> None:
+    """A stream's messages from a position (get_stream_messages), JSON lines."""
+    store = _store(warehouse)
+    _print(_read(lambda: store.stream(name, position, batch_size)))
+
+
+@store_app.command("category")
+def store_category(
+    name: Annotated[str, typer.Argument(help="Category (a topic name, '-' as '_').")],
+    position: Annotated[int, typer.Option(help="From this global position.")] = 1,
+    batch_size: Annotated[int, typer.Option(help="At most this many.")] = 1000,
+    correlation: Annotated[
+        Optional[str], typer.Option(help="Category of metadata.correlationStreamName.")
+    ] = None,
+    correlation_id: Annotated[Optional[str], typer.Option(help="metadata.correlationId.")] = None,
+    member: Annotated[Optional[int], typer.Option(help="Consumer group member.")] = None,
+    size: Annotated[Optional[int], typer.Option(help="Consumer group size.")] = None,
+    warehouse: WarehouseOpt = Path("warehouse"),
+) -> None:
+    """A category's messages from a global position (get_category_messages)."""
+    store = _store(warehouse)
+    _print(
+        _read(
+            lambda: store.category(
+                name, position, batch_size, correlation, member, size, correlation_id
+            )
+        )
+    )
+
+
+@store_app.command("last")
+def store_last(
+    name: Annotated[str, typer.Argument(help="Stream name.")],
+    message_type: Annotated[Optional[str], typer.Option("--type", help="Of this type.")] = None,
+    warehouse: WarehouseOpt = Path("warehouse"),
+) -> None:
+    """A stream's last message (get_last_stream_message); exit 1 if none."""
+    store = _store(warehouse)
+    found = _read(lambda: store.last(name, message_type))
+    if found is None:
+        raise typer.Exit(1)
+    _print([found])
+
+
+@store_app.command("version")
+def store_version(
+    name: Annotated[str, typer.Argument(help="Stream name.")],
+    warehouse: WarehouseOpt = Path("warehouse"),
+) -> None:
+    """A stream's version: its last position (stream_version); exit 1 if none."""
+    version = _store(warehouse).version(name)
+    if version is None:
+        typer.echo("no such stream", err=True)
+        raise typer.Exit(1)
+    typer.echo(version)
 
 
 @app.command()
@@ -266,6 +397,17 @@ def demo(
         ),
     )
     raise typer.Exit(code)
+
+
+def _sealer() -> Any:
+    """The audit key from the environment, or a clear error and exit 2."""
+    from spark_sink.crypto import AuditKeyError, Sealer
+
+    try:
+        return Sealer.from_env()
+    except AuditKeyError as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(2) from None
 
 
 def _graceful_sigterm() -> None:

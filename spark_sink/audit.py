@@ -27,6 +27,9 @@ from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import orjson
+
+from spark_sink.crypto import Sealer
 from spark_sink.kafka_source import read_kafka
 from spark_sink.snapshots import commit_run, exact_ends, last_commit
 
@@ -49,8 +52,41 @@ def read_audit(spark: Any, warehouse: Path) -> Any:
     return spark.read.option("basePath", str(audit)).parquet(*paths).drop("run")
 
 
-def compact_audit(spark: Any, bootstrap: str, topics: list[str], warehouse: Path) -> int:
-    """Append the topics' new records to the audit log; the run's number."""
+def coordinates(topic: str, partition: int, offset: int) -> str:
+    """A record's context for :class:`~spark_sink.crypto.Sealer`."""
+    return f"{topic}:{partition}:{offset}"
+
+
+def _sealed(out: Any, sealer: Sealer) -> Any:
+    """``out`` with the marked ``data`` fields and the raw value sealed."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import BinaryType, StringType
+
+    def data(text: str | None, ctx: str) -> str | None:
+        if text is None:
+            return None
+        try:
+            doc = orjson.loads(text)
+        except orjson.JSONDecodeError:
+            return text
+        return orjson.dumps(sealer.seal_fields(doc, ctx)).decode()
+
+    ctx = F.concat_ws(":", "topic", "partition", "offset")
+    return out.withColumn(
+        "data", F.udf(data, StringType(), useArrow=False)("data", ctx)
+    ).withColumn("value", F.udf(sealer.seal_bytes, BinaryType(), useArrow=False)("value", ctx))
+
+
+def compact_audit(
+    spark: Any,
+    bootstrap: str,
+    topics: list[str],
+    warehouse: Path,
+    sealer: Sealer | None = None,
+) -> int:
+    """Append the topics' new records to the audit log; the run's number.
+    With a ``sealer``, marked ``data`` fields and raw values are encrypted
+    (:mod:`spark_sink.crypto`)."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
@@ -72,7 +108,20 @@ def compact_audit(spark: Any, bootstrap: str, topics: list[str], warehouse: Path
     )
     doc = F.from_json(
         F.col("value").cast("string"),
-        "messageId STRING, type STRING, data STRING, metadata STRING",
+        "messageId STRING, type STRING, data STRING, metadata STRING, commandType STRING, "
+        "payload STRING, correlationId STRING, causationId STRING, tenantId STRING, "
+        "replyTo STRING, schemaVersion STRING",
+    )
+    # Commands carry their metadata at the top level (schemas/command.schema.json).
+    envelope = F.struct(
+        *[
+            F.col(f"doc.{f}").alias(f)
+            for f in ("correlationId", "causationId", "tenantId", "replyTo", "schemaVersion")
+        ]
+    )
+    metadata = F.coalesce(
+        F.col("doc.metadata"),
+        F.when(F.to_json(envelope) != "{}", F.to_json(envelope)),
     )
     reason = F.filter("headers", lambda h: h["key"] == "seqkeeper.reason")
     rows = new.select(
@@ -102,13 +151,13 @@ def compact_audit(spark: Any, bootstrap: str, topics: list[str], warehouse: Path
             "id"
         ),
         stream.alias("stream_name"),
-        F.coalesce(F.col("doc.type"), F.lit("")).alias("type"),
+        F.coalesce(F.col("doc.type"), F.col("doc.commandType"), F.lit("")).alias("type"),
         (F.row_number().over(Window.partitionBy(stream).orderBy(*order)) - 1).alias("rel"),
         (F.row_number().over(Window.orderBy(*order)) + F.lit(int(commit["global_position"]))).alias(
             "global_position"
         ),
-        F.col("doc.data").alias("data"),
-        F.col("doc.metadata").alias("metadata"),
+        F.coalesce(F.col("doc.data"), F.col("doc.payload")).alias("data"),
+        metadata.alias("metadata"),
         F.col("timestamp").alias("time"),
         "key",
         "value",
@@ -125,7 +174,10 @@ def compact_audit(spark: Any, bootstrap: str, topics: list[str], warehouse: Path
         )
     else:
         out = out.withColumn("position", F.col("rel"))
-    out = out.drop("rel", "base").cache()
+    out = out.drop("rel", "base")
+    if sealer is not None:
+        out = _sealed(out, sealer)
+    out = out.cache()
     count = out.count()
     top = int(commit["global_position"]) + count
     if count:
@@ -137,7 +189,10 @@ def compact_audit(spark: Any, bootstrap: str, topics: list[str], warehouse: Path
         nexts = nexts.unionByName(base).groupBy("stream_name").agg(F.max("base").alias("base"))
     nexts.write.mode("overwrite").parquet(str(positions / f"run={run}"))
     out.unpersist()
-    commit_run(audit, {"run": run, "offsets": ends, "global_position": top})
+    record: dict[str, Any] = {"run": run, "offsets": ends, "global_position": top}
+    if sealer is not None:
+        record["sealed"] = {"key_id": sealer.key_id, "fields": list(sealer.fields)}
+    commit_run(audit, record)
     return run
 
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from seqkeeper.settings import Settings
 from spark_sink.audit import compact_audit
+from spark_sink.crypto import Sealer
 from spark_sink.snapshots import compact_snapshots
 
 
@@ -56,15 +57,40 @@ def run_compact(
     spark: Any,
     settings: Settings,
     warehouse: Path,
-    step: Callable[[str], None] = lambda _: None,
+    step: Callable[[str, int], None] = lambda label, total: None,
+    sealer: Sealer | None = None,
 ) -> dict[str, int]:
-    """One compaction run; the run numbers of the snapshots and the audit."""
+    """One compaction run; the run numbers of the snapshots and the audit
+    (``sealer``: encrypt at rest, :mod:`spark_sink.crypto`). ``step(label,
+    total)`` is called as each of ``total`` units (a changelog topic, the
+    audit log) starts."""
     changelogs, messages = plan_topics(settings, asyncio.run(existing_topics(settings.broker)))
+    total = len(changelogs) + bool(messages)
     done = {}
     if changelogs:
-        step(f"state snapshots: {', '.join(changelogs)}")
-        done["snapshots"] = compact_snapshots(spark, settings.broker, changelogs, warehouse)
+        done["snapshots"] = compact_snapshots(
+            spark,
+            settings.broker,
+            changelogs,
+            warehouse,
+            sealer,
+            on_topic=lambda topic: step(f"snapshot of {topic}", total),
+        )
     if messages:
-        step(f"audit log: {', '.join(messages)}")
-        done["audit"] = compact_audit(spark, settings.broker, messages, warehouse)
+        step(f"audit log of {len(messages)} topics", total)
+        done["audit"] = compact_audit(spark, settings.broker, messages, warehouse, sealer)
     return done
+
+
+def watch_tasks(spark: Any, report: Callable[[int, int], None], stop: Any) -> None:
+    """Until ``stop`` (a threading.Event) is set, report twice a second the
+    completed and total tasks of Spark's active stages."""
+    tracker = spark.sparkContext.statusTracker()
+    while not stop.wait(0.5):
+        done = total = 0
+        for sid in tracker.getActiveStageIds():
+            info = tracker.getStageInfo(sid)
+            if info is not None:
+                done += info.numCompletedTasks
+                total += info.numTasks
+        report(done, total)

@@ -60,7 +60,7 @@ def schema(include_headers: bool = False) -> StructType:
 
 
 @dataclass(frozen=True)
-class Slice(InputPartition):  # type: ignore[misc]
+class Slice(InputPartition):
     """Offsets ``start`` (inclusive) to ``end`` (exclusive) of one partition."""
 
     bootstrap: str
@@ -197,7 +197,7 @@ def _batch(cols: dict[str, list[Any]], include_headers: bool) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays([pa.array(cols[n], _ARROW[n]) for n in names], names=names)
 
 
-class KafkaReader(DataSourceReader):  # type: ignore[misc]
+class KafkaReader(DataSourceReader):
     def __init__(self, given: dict[str, str]) -> None:
         # Spark hands options over with lower-cased names.
         options = {k.lower(): v for k, v in given.items()}
@@ -224,12 +224,12 @@ class KafkaReader(DataSourceReader):  # type: ignore[misc]
         # Nothing to read: one empty slice (Spark would invent a partition).
         return slices or [Slice(self.bootstrap, "", 0, 0, 0)]
 
-    def read(self, partition: Slice) -> Iterator[pa.RecordBatch]:
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if isinstance(partition, Slice) and partition.start < partition.end:
             yield from asyncio.run(_fetch(partition, self.include_headers))
 
 
-class KafkaDataSource(DataSource):  # type: ignore[misc]
+class KafkaDataSource(DataSource):
     """``spark.read.format("seqkafka").option(...).load()``"""
 
     @classmethod

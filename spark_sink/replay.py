@@ -12,7 +12,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from spark_sink.audit import read_audit
+from spark_sink.audit import coordinates, read_audit
+from spark_sink.crypto import KEY_ENV, AuditKeyError, Sealer, is_sealed
 
 
 @dataclass(frozen=True)
@@ -47,11 +48,26 @@ def select(spark: Any, warehouse: Path, selection: Selection) -> Any:
         df = df.where(F.col("position") >= s.from_position)
     if s.to_position is not None:
         df = df.where(F.col("position") <= s.to_position)
-    return df.select("global_position", "key", "value").orderBy("global_position")
+    return df.select("global_position", "key", "value", "topic", "partition", "offset").orderBy(
+        "global_position"
+    )
+
+
+def _value(row: Any, sealer: Sealer | None) -> bytes | None:
+    value = None if row.value is None else bytes(row.value)
+    if not is_sealed(value):
+        return value
+    if sealer is None:
+        raise AuditKeyError(f"the audit log is encrypted: set {KEY_ENV} to replay it")
+    return sealer.open_bytes(value, coordinates(row.topic, row.partition, row.offset))
 
 
 async def _publish(
-    bootstrap: str, topic: str, rows: Iterable[Any], advance: Callable[[int], None]
+    bootstrap: str,
+    topic: str,
+    rows: Iterable[Any],
+    advance: Callable[[int], None],
+    sealer: Sealer | None,
 ) -> int:
     from aiokafka import AIOKafkaProducer
 
@@ -62,7 +78,7 @@ async def _publish(
         pending = []
         for row in rows:
             key = None if row.key is None else bytes(row.key)
-            value = None if row.value is None else bytes(row.value)
+            value = _value(row, sealer)
             pending.append(await producer.send(topic, value, key=key))
             sent += 1
             if len(pending) >= 5_000:
@@ -84,6 +100,7 @@ def replay(
     topic: str,
     dry_run: bool = False,
     progress: Callable[[int | None, int], None] = lambda total, done: None,
+    sealer: Sealer | None = None,
 ) -> int:
     """Publish the selection to ``topic`` (or only count it); how many."""
     df = select(spark, warehouse, selection)
@@ -98,4 +115,4 @@ def replay(
         done += n
         progress(total, done)
 
-    return asyncio.run(_publish(bootstrap, topic, df.toLocalIterator(), advance))
+    return asyncio.run(_publish(bootstrap, topic, df.toLocalIterator(), advance, sealer))

@@ -21,9 +21,12 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import struct
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from spark_sink.crypto import FIELDS_ENV, KEY_ENV, AuditKeyError, Sealer
 from spark_sink.kafka_source import plan, read_kafka
 
 
@@ -61,16 +64,80 @@ def exact_ends(bootstrap: str, topics: list[str]) -> dict[str, dict[str, int]]:
     return ends
 
 
-def compact_snapshots(spark: Any, bootstrap: str, topics: list[str], warehouse: Path) -> int:
-    """One run over ``topics``; returns its number."""
+_MESSAGE_FAMILIES = {"entity", "receipt"}
+
+
+def decoder(topic: str) -> Callable[[bytes, bytes], tuple[str, str, str | None, str | None]] | None:
+    """How to read a changelog topic's entries (``None``: not a seqkeeper table)."""
+    from state import codecs, commands
+
+    if topic.endswith("-commands-changelog"):
+        return commands.describe
+    if topic.endswith("-state-changelog"):
+        return codecs.describe
+    return None
+
+
+def _decoded(frame: Any, topic: str, sealer: Sealer | None) -> Any:
+    """``frame`` with ``family, subject, item, decoded`` columns (and, with a
+    ``sealer``, the raw value and the message-bearing decoded values sealed)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import BinaryType, StringType, StructField, StructType
+
+    describe = decoder(topic)
+    fields = StructType(
+        [StructField(n, StringType()) for n in ("family", "subject", "item", "decoded")]
+    )
+
+    def decode(key: bytes, value: bytes, ctx: str) -> tuple[str | None, ...]:
+        if describe is None:
+            return (None, None, None, None)
+        try:
+            family, subject, item, text = describe(bytes(key), bytes(value))
+        except (ValueError, IndexError, TypeError, struct.error):  # not a seqkeeper entry
+            return ("undecodable", None, None, None)
+        if sealer is not None and text is not None:
+            if family == "buffer":
+                text = sealer.seal_message(text, ctx)
+            elif family in _MESSAGE_FAMILIES:
+                text = sealer.seal(text.encode(), f"decoded:{ctx}".encode())
+        return (family, subject, item, text)
+
+    ctx = F.concat_ws(":", "topic", "partition", "offset")
+    out = frame.withColumn("d", F.udf(decode, fields, useArrow=False)("key", "value", ctx)).select(
+        "key", "value", "topic", "partition", "offset", "d.*"
+    )
+    if sealer is not None:
+        out = out.withColumn(
+            "value", F.udf(sealer.seal_bytes, BinaryType(), useArrow=False)("value", ctx)
+        )
+    return out
+
+
+def compact_snapshots(
+    spark: Any,
+    bootstrap: str,
+    topics: list[str],
+    warehouse: Path,
+    sealer: Sealer | None = None,
+    on_topic: Callable[[str], None] = lambda topic: None,
+) -> int:
+    """One run over ``topics``; returns its number (``on_topic`` is called
+    as each topic starts)."""
     from pyspark.sql import functions as F
 
     warehouse.mkdir(parents=True, exist_ok=True)
     previous, commit = latest_run(warehouse)
+    if commit.get("sealed") and sealer is None:
+        raise AuditKeyError(
+            f"the snapshots under {warehouse} are encrypted: set {KEY_ENV} "
+            f"and {FIELDS_ENV} to continue them"
+        )
     run = previous + 1
     ends = exact_ends(bootstrap, topics)
     tables: dict[str, str] = {}
     for topic in topics:
+        on_topic(topic)
         start = commit["offsets"].get(topic, {})
         new = (
             read_kafka(
@@ -87,17 +154,29 @@ def compact_snapshots(spark: Any, bootstrap: str, topics: list[str], warehouse: 
         )
         old_path = commit["tables"].get(topic)
         if old_path is not None:
-            new = spark.read.parquet(str(warehouse / old_path)).unionByName(new)
+            old = spark.read.parquet(str(warehouse / old_path))
+            if sealer is not None:
+                old = old.withColumn(
+                    "value",
+                    F.udf(sealer.open_bytes, "binary", useArrow=False)(
+                        "value", F.concat_ws(":", "topic", "partition", "offset")
+                    ),
+                )
+            new = old.select("key", "value", "topic", "partition", "offset").unionByName(new)
         latest = (
             new.groupBy("key")
             .agg(F.max_by(F.struct("value", "topic", "partition", "offset"), "offset").alias("r"))
             .select("key", "r.*")
             .where(F.col("value").isNotNull())
         )
+        latest = _decoded(latest, topic, sealer)
         path = f"snapshots/{topic}/run={run}"
         latest.orderBy("partition", "offset").write.mode("overwrite").parquet(str(warehouse / path))
         tables[topic] = path
-    commit_run(warehouse, {"run": run, "offsets": ends, "tables": tables})
+    record: dict[str, Any] = {"run": run, "offsets": ends, "tables": tables}
+    if sealer is not None:
+        record["sealed"] = {"key_id": sealer.key_id, "fields": list(sealer.fields)}
+    commit_run(warehouse, record)
     return run
 
 

@@ -110,3 +110,34 @@ def decode_key_state(raw: bytes | None) -> tuple[KeyState, SeenWindow]:
         KeyState(nxt, buffered, gap_since, tuple((a, b) for a, b in skipped), confirmed),
         SeenWindow(head, tail),
     )
+
+
+def describe(store_key: bytes, value: bytes) -> tuple[str, str, str | None, str]:
+    """A state table entry in words: (family, sequence key, item, value as
+    JSON text), for audit snapshots and ``inspect``. The buffer's value is
+    the original message's JSON text."""
+    family, key = store_key[:1], key_of(store_key)
+    if family == KEY_STATE:
+        state, window = decode_key_state(value)
+        doc = {
+            "next_expected": state.next_expected,
+            "buffered": state.buffered,
+            "gap_since": state.gap_since,
+            "skipped": [list(r) for r in state.skipped],
+            "confirmed": state.confirmed,
+            "seen_head": window.head,
+            "seen_tail": window.tail,
+        }
+        return "key_state", key, None, orjson.dumps(doc).decode()
+    if family == BUFFER:
+        return "buffer", key, str(buffer_seq(store_key)), value.decode("utf-8", "replace")
+    n = 5 + int.from_bytes(store_key[1:5], "big")
+    if family == SEEN_ID:
+        seen = decode_seen_id(value)
+        doc = {"position": seen.position, "accepted_at": seen.accepted_at, "source": seen.source}
+        return "seen_id", key, store_key[n:].decode("utf-8"), orjson.dumps(doc).decode()
+    if family == SEEN_POSITION:
+        mid, at = decode_seen_position(value)
+        item = str(int(_SEQ.unpack(store_key[n:])[0]))
+        return "seen_fifo", key, item, orjson.dumps({"message_id": mid, "seen_at": at}).decode()
+    raise ValueError(f"unknown state family {family!r}")

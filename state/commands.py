@@ -181,3 +181,25 @@ class CommandStore:
             self.store.delete(partition, key)
             done += 1
         return done
+
+
+_INDEXES = {b"o": "pending_outbox", b"w": "retry"}
+
+
+def describe(store_key: bytes, value: bytes) -> tuple[str, str, str | None, str | None]:
+    """A command table entry in words: (family, subject, item, value as JSON
+    text); subjects are entity keys or messageIds."""
+    family, rest = store_key[:1], store_key[1:]
+    if family == b"e":
+        return "entity", rest.decode("utf-8"), None, value.decode("utf-8")
+    if family == b"r":
+        return "receipt", rest.decode("utf-8"), None, value.decode("utf-8")
+    if family in _INDEXES:
+        return _INDEXES[family], rest.decode("utf-8"), None, None
+    if family == b"c":
+        correlation, _, mid = rest.partition(b"\x00")
+        return "correlation", correlation.decode("utf-8"), mid.decode("utf-8"), None
+    if family == b"t":
+        at = float(_TIME.unpack(rest[:8])[0])
+        return "receipt_age", rest[8:].decode("utf-8"), None, orjson.dumps(at).decode()
+    raise ValueError(f"unknown command table family {family!r}")

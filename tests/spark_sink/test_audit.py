@@ -92,3 +92,33 @@ def test_purge_deletes_days_older_than_the_retention(spark, broker, names, tmp_p
     rows = read_audit(spark, warehouse).collect()
     assert sorted(r.global_position for r in rows) == [6, 7, 8, 9]
     assert min(r.position for r in rows) >= 1  # every key already had a message
+
+
+def test_commands_are_audited_with_their_type_payload_and_metadata(
+    spark, broker, names, tmp_path
+) -> None:
+    topic = f"commands-{names['app_id']}"
+    asyncio.run(create_topics(broker.bootstrap, [topic], 1))
+    command = {
+        "messageId": "c1",
+        "commandType": "AddStock",
+        "schemaVersion": 1,
+        "correlationId": "corr-1",
+        "partitionKey": "sku-1",
+        "tenantId": "t1",
+        "payload": {"sku": "sku-1", "quantity": 3},
+    }
+    asyncio.run(send(broker.bootstrap, [(topic, b"sku-1", orjson.dumps(command), None)]))
+    compact_audit(spark, broker.bootstrap, [topic], tmp_path / "w")
+    (row,) = read_audit(spark, tmp_path / "w").collect()
+    assert (row.id, row.type, row.stream_name) == (
+        "c1",
+        "AddStock",
+        f"{topic.replace('-', '_')}-sku-1",
+    )
+    assert orjson.loads(row.data) == command["payload"]
+    assert orjson.loads(row.metadata) == {
+        "correlationId": "corr-1",
+        "tenantId": "t1",
+        "schemaVersion": "1",
+    }

@@ -24,9 +24,10 @@ def test_compacts_the_topics_that_exist(spark, broker, make_settings, tmp_path) 
     asyncio.run(put(broker.bootstrap, settings.ordered_topic, [(b"k", b'{"messageId":"x"}')]))
     changelogs, messages = plan_topics(settings, {changelog, settings.ordered_topic, "other"})
     assert (changelogs, messages) == ([changelog], [settings.ordered_topic])
-    steps: list[str] = []
-    done = run_compact(spark, settings, tmp_path / "w", steps.append)
-    assert done == {"snapshots": 1, "audit": 1} and len(steps) == 2
+    steps: list[tuple[str, int]] = []
+    done = run_compact(spark, settings, tmp_path / "w", lambda s, n: steps.append((s, n)))
+    assert done == {"snapshots": 1, "audit": 1}
+    assert steps == [(f"snapshot of {changelog}", 2), ("audit log of 1 topics", 2)]
     state = {
         bytes(r.key): bytes(r.value)
         for r in read_snapshot(spark, tmp_path / "w", changelog).collect()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
+import orjson
 import pytest
 from aiokafka import AIOKafkaProducer
 
@@ -54,3 +55,94 @@ def test_snapshots_are_latest_per_key_incremental_and_atomic(
     (warehouse / "snapshots" / topic / "run=4").mkdir(parents=True)
     (warehouse / "snapshots" / topic / "run=4" / "part-0.parquet").write_bytes(b"garbage")
     assert latest_run(warehouse)[0] == 3 and rows(spark, warehouse, topic) == expected
+
+
+def state_entries() -> list[tuple[bytes, bytes | None]]:
+    """Real entries of both tables, as the workers write them."""
+    from processors.command import Entity, Outgoing, Receipt
+    from processors.deduplicator import Seen, SeenWindow
+    from processors.resequencer import KeyState
+    from state import codecs
+    from state import commands as cmd
+
+    msg = b'{"messageId":"m7","seq":7,"type":"T","data":{"email":"a@b","n":7}}'
+    ordered = [
+        (codecs.key_state_key("k1"), codecs.encode_key_state(KeyState(5), SeenWindow(0, 2))),
+        (codecs.key_state_key("k1"), codecs.encode_key_state(KeyState(6, 1), SeenWindow(0, 3))),
+        (codecs.buffer_key("k1", 7), msg),
+        (codecs.buffer_key("k1", 6), b'{"messageId":"m6"}'),
+        (codecs.buffer_key("k1", 6), None),  # confirmed and deleted
+        (codecs.seen_id_key("k1", "m5"), codecs.encode_seen_id(Seen(2, 1.5, 40))),
+        (codecs.seen_position_key("k1", 2), codecs.encode_seen_position("m5", 1.5)),
+    ]
+    out = Outgoing(None, "sku", "c1:0", b'{"messageId":"c1:0","data":{"email":"x@y"}}')
+    receipt = Receipt("c1", "DONE", "sku", "AddStock", "corr", 1.0, 2.0, value=b'{"a":1}')
+    commands = [
+        (cmd.entity_key("sku"), cmd.encode_entity(Entity(1, {"stock": 3}, (("c1", (out,)),)))),
+        (cmd.receipt_key("c1"), cmd.encode_receipt(receipt)),
+        (cmd.pending_key("sku"), b""),
+        (cmd.correlation_prefix("corr") + b"c1", b""),
+    ]
+    return ordered + commands
+
+
+def test_snapshots_are_decoded_and_optionally_encrypted(spark, broker, names, tmp_path) -> None:
+    from spark_sink.crypto import AuditKeyError, Sealer, is_sealed
+    from state import codecs
+    from state import commands as cmd
+
+    state, commands = f"{names['app_id']}-state-changelog", f"{names['app_id']}-commands-changelog"
+    asyncio.run(create_topics(broker.bootstrap, [state, commands], 2))
+    entries = state_entries()
+    asyncio.run(put(broker.bootstrap, state, entries[:7]))
+    asyncio.run(put(broker.bootstrap, commands, entries[7:]))
+    # the plain-Python reference: the last value per key, described
+    reference = {}
+    for topic, describe, items in (
+        (state, codecs.describe, entries[:7]),
+        (commands, cmd.describe, entries[7:]),
+    ):
+        last = dict(items)
+        reference[topic] = {k: describe(k, v) for k, v in last.items() if v is not None}
+    compact_snapshots(spark, broker.bootstrap, [state, commands], tmp_path / "plain")
+    for topic in (state, commands):
+        got = {
+            bytes(r.key): (r.family, r.subject, r.item, r.decoded)
+            for r in read_snapshot(spark, tmp_path / "plain", topic).collect()
+        }
+        assert got == reference[topic]
+    families = {v[0] for t in reference.values() for v in t.values()}
+    assert families == {
+        "key_state",
+        "buffer",
+        "seen_id",
+        "seen_fifo",
+        "entity",
+        "receipt",
+        "pending_outbox",
+        "correlation",
+    }
+    # encrypted: raw values and message-bearing decoded values sealed
+    sealer = Sealer(b"s" * 32, ("email",))
+    compact_snapshots(spark, broker.bootstrap, [state, commands], tmp_path / "sealed", sealer)
+    first = {
+        t: sorted(read_snapshot(spark, tmp_path / "sealed", t).collect()) for t in (state, commands)
+    }
+    # a rerun opens the sealed snapshot, merges and seals again: same bytes
+    compact_snapshots(spark, broker.bootstrap, [state, commands], tmp_path / "sealed", sealer)
+    with pytest.raises(AuditKeyError, match="encrypted"):
+        compact_snapshots(spark, broker.bootstrap, [state], tmp_path / "sealed")
+    for topic in (state, commands):
+        rows = read_snapshot(spark, tmp_path / "sealed", topic).collect()
+        assert sorted(rows) == first[topic]
+        assert len(rows) == len(reference[topic])
+        for r in rows:
+            ctx = f"{r.topic}:{r.partition}:{r.offset}"
+            assert is_sealed(bytes(r.value))
+            assert sealer.open_bytes(bytes(r.value), ctx) == dict(entries)[bytes(r.key)]
+            assert b"a@b" not in bytes(r.value) and "a@b" not in (r.decoded or "")
+            assert "x@y" not in (r.decoded or "")
+            if r.family == "buffer":
+                doc = orjson.loads(r.decoded)
+                assert doc["data"]["n"] == 7
+                assert sealer.open_fields(doc["data"], f"{ctx}:data")["email"] == "a@b"
