@@ -148,6 +148,7 @@ def compact(
         try:
             done = run_compact(spark, settings, warehouse, step, sealer)
             bar.update(units, description="committed", completed=started)
+            bar.update(tasks, visible=False)
         finally:
             stop.set()
             watcher.join()

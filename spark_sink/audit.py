@@ -7,8 +7,10 @@ topic name with ``-`` replaced by ``_``, since ``-`` separates category and
 id), ``type``, ``position`` (gapless per stream, counted across runs),
 ``global_position`` (unique and increasing across runs), ``data`` and
 ``metadata`` (JSON text), ``time``, the original ``key`` and ``value``
-bytes (for replay), the Kafka coordinates, and ``dead_letter_reason`` (the ``seqkeeper.reason`` header). Partitioned by
-``category`` and ``day``.
+bytes (for replay), the Kafka coordinates, and ``dead_letter_reason`` (the
+``seqkeeper.reason`` header). Partitioned by ``category`` and ``day``. With a
+:class:`~spark_sink.crypto.Sealer`, marked ``data`` fields and the raw value
+are encrypted; the commit record names the key's fingerprint and fields.
 
 Layout under ``<warehouse>/audit``: ``run=<n>/category=<c>/day=<d>/*.parquet``
 holds the rows a run appended; ``_positions/run=<n>`` every stream's next

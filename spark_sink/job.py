@@ -44,13 +44,15 @@ def spark_session(master: str) -> Any:
     from pyspark.sql import SparkSession
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    return (
+    spark = (
         SparkSession.builder.master(master)
         .appName("seqkeeper-compact")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.ui.showConsoleProgress", "false")
         .getOrCreate()
     )
+    spark.sparkContext.setLogLevel("ERROR")  # the CLI shows progress itself
+    return spark
 
 
 def run_compact(

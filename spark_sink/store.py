@@ -26,7 +26,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -135,6 +135,8 @@ class MessageStore:
                 )
             ctx = f"{row['topic']}:{row['partition']}:{row['offset']}"
             row["data"] = self.sealer.open_fields(row["data"], ctx)
+        if row["time"].tzinfo is None:  # Parquet holds UTC instants
+            row["time"] = row["time"].replace(tzinfo=UTC)
         return Message(**row)
 
     def _has_sealed(self, node: Any) -> Iterator[bool]:
