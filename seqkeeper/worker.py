@@ -15,6 +15,14 @@ from pathlib import Path
 from seqkeeper.broker import EmbeddedBroker, die_with_parent, free_port
 from seqkeeper.settings import Settings
 from seqkeeper.topics import create_topics
+from state.integrity import discard_corrupt
+
+_embedded: list[EmbeddedBroker] = []
+
+
+def current_embedded() -> EmbeddedBroker | None:
+    """The embedded broker :func:`broker_for` started and still runs, if any."""
+    return _embedded[-1] if _embedded else None
 
 
 @contextlib.contextmanager
@@ -25,7 +33,11 @@ def broker_for(settings: Settings) -> Iterator[Settings]:
         return
     with EmbeddedBroker() as broker:
         print(f"embedded broker (Tansu, memory only) at {broker.bootstrap}", flush=True)
-        yield settings.with_overrides(broker=broker.bootstrap)
+        _embedded.append(broker)
+        try:
+            yield settings.with_overrides(broker=broker.bootstrap)
+        finally:
+            _embedded.remove(broker)
 
 
 def run_worker(settings: Settings) -> None:
@@ -58,6 +70,11 @@ def run_worker(settings: Settings) -> None:
                 flush=True,
             )
             shutil.rmtree(app.conf.tabledir, ignore_errors=True)
+        for db, problem in discard_corrupt(Path(app.conf.tabledir)):
+            print(
+                f"local state {db} is corrupt ({problem}): discarded, rebuilt from the changelog",
+                flush=True,
+            )
         running.write_text(f"{os.getpid()}\n")
         print(
             f"seqkeeper worker: broker {settings.broker}, data {settings.data_dir}, "

@@ -1,0 +1,728 @@
+"""``seqkeeper chaos``: faults injected into real worker processes on a real
+broker, and the outputs verified — nothing lost, per-key order never broken.
+
+Scenarios (each on its own topics and app id, so they share one broker):
+
+* ``kill``        — ``kill -9`` the ordered worker at random moments while a
+  shuffled, duplicated workload flows in; restart it each time.
+* ``freeze``      — freeze the broker (SIGSTOP) mid-run, then resume it
+  (needs the embedded broker: the process must be ours to stop).
+* ``failover``    — two workers; ``kill -9`` one; the survivor takes its
+  partitions with their state; start it again.
+* ``corpus``      — bad and borderline input (:mod:`seqkeeper.corpus`) to the
+  ordered worker and the command worker: each case dead-lettered with its
+  reason or handled by its documented policy; the workers stay up.
+* ``local-state`` — RocksDB deleted while the worker is stopped, then
+  corrupted: rebuilt from the changelog both times, never silently used.
+* ``commands``    — ``kill -9`` the command worker during a duplicate storm.
+
+"Recovery" is the time from the end of a fault (restart, resume, kill of a
+peer) until output flows again: the first new output record, or, for
+``failover``, new output on every partition.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import platform
+import random
+import shutil
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from processors.dead_letter import REASON
+from seqkeeper.broker import EmbeddedBroker
+from seqkeeper.corpus import DROPPED, EMITTED, Case, command_cases, ordered_cases
+from seqkeeper.demo import publish, verify_topics
+from seqkeeper.settings import Settings
+from seqkeeper.topics import create_topics, end_offsets_of, read_topic
+from seqkeeper.verify import Checked, Report
+from seqkeeper.worker import WorkerProcess
+from seqkeeper.workload import generate
+
+LOSS = ("ordered: lost", "deduped: lost", "ordered: still waiting behind a gap")
+ORDER = ("ordered: out of order", "ordered: gap without GapSkipped")
+COMMAND_LOSS = ("commands without a reply", "events missing")
+COMMAND_STATE = (
+    "entities whose state differs from the reference",
+    "entities whose version is not the applied commands",
+    "entities with negative stock",
+)
+
+
+@dataclass(frozen=True)
+class Scale:
+    messages: int
+    keys: int
+    kills: int
+    freeze: float
+    commands: int
+    command_kills: int
+
+
+LONG = Scale(messages=200_000, keys=2_000, kills=20, freeze=30.0, commands=3_000, command_kills=5)
+SHORT = Scale(messages=3_000, keys=60, kills=3, freeze=5.0, commands=200, command_kills=2)
+SCENARIOS = ("kill", "freeze", "failover", "corpus", "local-state", "commands")
+
+
+@dataclass
+class Outcome:
+    """One row of the reliability report."""
+
+    scenario: str
+    messages: int = 0
+    faults: int = 0
+    lost: int = 0
+    order_violations: int = 0
+    other_failures: int = 0
+    reemitted: int = 0
+    dead_lettered: int = 0
+    recovery: list[float] = field(default_factory=list)
+    seconds: float = 0.0
+    notes: list[str] = field(default_factory=list)
+    skipped: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.skipped is not None or (
+            self.lost == 0 and self.order_violations == 0 and self.other_failures == 0
+        )
+
+    def add_checks(self, report: Checked, loss: tuple[str, ...], order: tuple[str, ...]) -> None:
+        for check in report.failures():
+            if check.name in loss:
+                self.lost += check.count
+            elif check.name in order:
+                self.order_violations += check.count
+            else:
+                self.other_failures += check.count
+            self.notes.append(f"{check.name}: {check.count} {check.detail}".strip())
+
+
+class Chaos:
+    """Runs scenarios against one broker; workers and data under ``workdir``."""
+
+    def __init__(
+        self,
+        base: Settings,
+        workdir: Path,
+        scale: Scale,
+        embedded: EmbeddedBroker | None = None,
+        seed: int = 1,
+        console: Console | None = None,
+    ) -> None:
+        self.base = base
+        self.workdir = workdir
+        self.scale = scale
+        self.embedded = embedded
+        self.rng = random.Random(seed)
+        self.seed = seed
+        self.console = console or Console(quiet=True)
+
+    # -- plumbing ---------------------------------------------------------
+
+    def settings(self, scenario: str, **over: object) -> Settings:
+        tag = f"{scenario}-{uuid.uuid4().hex[:6]}"
+        s = self.base.with_overrides(
+            app_id=f"chaos-{tag}",
+            input_topic=f"{tag}.in",
+            ordered_topic=f"{tag}.ordered",
+            deduped_topic=f"{tag}.deduped",
+            dlq_topic=f"{tag}.dlq",
+            late_topic=f"{tag}.late",
+            command_topic=f"{tag}.commands",
+            events_topic=f"{tag}.events",
+            command_dlq_topic=f"{tag}.commands.dlq",
+            data_dir=self.workdir / tag / "data",
+            **over,
+        )
+        (self.workdir / tag).mkdir(parents=True, exist_ok=True)
+        return s
+
+    def worker(self, settings: Settings, name: str) -> WorkerProcess:
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
+        return WorkerProcess(settings, settings.data_dir.parent / f"{name}.log").start()
+
+    def say(self, text: str) -> None:
+        self.console.log(text)
+
+    @staticmethod
+    def ends(settings: Settings, topic: str) -> dict[int, int]:
+        got = asyncio.run(end_offsets_of(settings.broker, [topic]))
+        return {tp.partition: end for tp, end in got.items()}
+
+    def until_output(
+        self,
+        settings: Settings,
+        topic: str,
+        since: dict[int, int],
+        every_partition: bool = False,
+        timeout: float = 180.0,
+        worker: WorkerProcess | None = None,
+        done: Callable[[], bool] = lambda: False,
+    ) -> float | None:
+        """Seconds until ``topic`` grows past ``since`` (on every partition
+        that ``every_partition`` asks for); ``None`` on timeout or once
+        ``done()`` says there is nothing left to output."""
+        t0 = time.monotonic()
+        moved: set[int] = set()
+        while time.monotonic() - t0 < timeout and not done():
+            now = self.ends(settings, topic)
+            moved |= {p for p, end in now.items() if end > since.get(p, 0)}
+            if moved and (not every_partition or moved >= set(now)):
+                return time.monotonic() - t0
+            if worker is not None:
+                worker.check_alive()
+            time.sleep(0.2)
+        return None
+
+    def publish_in_background(
+        self,
+        settings: Settings,
+        topic: str,
+        records: list[tuple[bytes | None, bytes | None]],
+        seconds: float,
+    ) -> threading.Thread:
+        """Publish ``records`` evenly over ``seconds`` (input keeps flowing
+        while faults happen)."""
+        batches = max(1, int(seconds * 2))
+        size = -(-len(records) // batches)
+
+        def run() -> None:
+            t0 = time.monotonic()
+            for i in range(batches):
+                asyncio.run(publish(settings.broker, topic, records[i * size : (i + 1) * size]))
+                time.sleep(max(0.0, t0 + (i + 1) * seconds / batches - time.monotonic()))
+
+        thread = threading.Thread(target=run, daemon=True)
+        thread.start()
+        return thread
+
+    def all_out(self, settings: Settings, topic: str, count: int) -> Callable[[], bool]:
+        """``done`` for :meth:`until_output`: ``topic`` holds ``count`` records."""
+        return lambda: sum(self.ends(settings, topic).values()) >= count
+
+    def verified(self, settings: Settings, timeout: float, expect_accepted: int) -> Report:
+        """Wait until the deduplicated output holds ``expect_accepted``
+        messages (cheap: end offsets), then poll the full verification."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if sum(self.ends(settings, settings.deduped_topic).values()) >= expect_accepted:
+                break
+            time.sleep(1.0)
+        while True:
+            report = asyncio.run(verify_topics(settings, drained=True))
+            if report.ok or time.monotonic() > deadline:
+                return report
+            time.sleep(2.0)
+
+    def ordered_result(self, out: Outcome, report: Report) -> Outcome:
+        out.add_checks(report, LOSS, ORDER)
+        out.reemitted = sum(report.reemitted.values())
+        out.dead_lettered = report.dead_lettered
+        return out
+
+    def drain_timeout(self, messages: int) -> float:
+        return max(180.0, messages / 100)
+
+    # -- scenarios ----------------------------------------------------------
+
+    def run(
+        self, names: list[str], on_done: Callable[[Outcome], None] = lambda o: None
+    ) -> list[Outcome]:
+        outcomes = []
+        for name in names:
+            started = time.monotonic()
+            self.say(f"scenario {name}")
+            try:
+                out = getattr(self, "scenario_" + name.replace("-", "_"))()
+            except Exception as exc:  # a scenario that cannot finish is a failure, shown
+                out = Outcome(name, other_failures=1, notes=[f"{type(exc).__name__}: {exc}"])
+            out.seconds = time.monotonic() - started
+            outcomes.append(out)
+            on_done(out)
+        return outcomes
+
+    def scenario_kill(self) -> Outcome:
+        sc = self.scale
+        s = self.settings("kill")
+        asyncio.run(create_topics(s.broker, s.topics(), s.partitions))
+        work = generate(messages=sc.messages, keys=sc.keys, malformed=24, seed=self.seed)
+        out = Outcome("kill -9 the worker", messages=len(work.records))
+        # input flows during the kills (about 20 s per cycle)
+        publisher = self.publish_in_background(s, s.input_topic, work.records, sc.kills * 20.0)
+        finished = self.all_out(s, s.deduped_topic, work.messages)
+        for i in range(sc.kills):
+            since = self.ends(s, s.ordered_topic)
+            w = self.worker(s, f"worker-{i}")
+            if self.rng.random() < 0.25:  # during start-up or recovery
+                time.sleep(self.rng.uniform(0.5, 4.0))
+            else:
+                took = self.until_output(s, s.ordered_topic, since, worker=w, done=finished)
+                if took is not None:
+                    out.recovery.append(took)
+                time.sleep(self.rng.uniform(0.0, 6.0))
+            w.check_alive()
+            w.kill()
+            out.faults += 1
+            self.say(f"  kill -9 #{out.faults}")
+        publisher.join()
+        since = self.ends(s, s.ordered_topic)
+        w = self.worker(s, "worker-final")
+        try:
+            took = self.until_output(s, s.ordered_topic, since, worker=w, done=finished)
+            if took is not None:
+                out.recovery.append(took)
+            report = self.verified(s, self.drain_timeout(sc.messages), work.messages)
+            w.check_alive()
+        finally:
+            w.stop()
+        return self.ordered_result(out, report)
+
+    def scenario_freeze(self) -> Outcome:
+        out = Outcome("broker frozen (SIGSTOP)")
+        if self.embedded is None:
+            out.skipped = "needs the embedded broker (its process must be ours to stop)"
+            return out
+        sc = self.scale
+        s = self.settings("freeze")
+        asyncio.run(create_topics(s.broker, s.topics(), s.partitions))
+        work = generate(messages=sc.messages // 2, keys=sc.keys, malformed=8, seed=self.seed + 1)
+        out.messages = len(work.records)
+        asyncio.run(publish(s.broker, s.input_topic, work.records))
+        w = self.worker(s, "worker")
+        try:
+            self.until_output(s, s.ordered_topic, {}, worker=w)
+            time.sleep(2.0)
+            self.embedded.pause()
+            self.say(f"  broker frozen for {sc.freeze:.0f}s")
+            try:
+                time.sleep(sc.freeze)
+            finally:
+                self.embedded.resume()
+            out.faults = 1
+            since = self.ends(s, s.ordered_topic)
+            took = self.until_output(s, s.ordered_topic, since, worker=w, timeout=120)
+            if took is not None:
+                out.recovery.append(took)
+            report = self.verified(s, self.drain_timeout(sc.messages), work.messages)
+            if w.proc is not None and w.proc.poll() is not None:
+                out.other_failures += 1
+                out.notes.append("the worker exited during the freeze")
+        finally:
+            w.stop()
+        return self.ordered_result(out, report)
+
+    def scenario_failover(self) -> Outcome:
+        sc = self.scale
+        s = self.settings("failover")
+        asyncio.run(create_topics(s.broker, s.topics(), s.partitions))
+        work = generate(messages=sc.messages, keys=sc.keys, malformed=8, seed=self.seed + 2)
+        out = Outcome("two workers, one killed", messages=len(work.records))
+        # input keeps flowing on every partition across the failover
+        publisher = self.publish_in_background(s, s.input_topic, work.records, 60.0)
+        a_settings = s.with_overrides(data_dir=s.data_dir / "a")
+        b_settings = s.with_overrides(data_dir=s.data_dir / "b")
+        a = self.worker(a_settings, "worker-a")
+        b = self.worker(b_settings, "worker-b")
+        try:
+            # both own partitions: every partition flows
+            self.until_output(s, s.ordered_topic, {}, every_partition=True, worker=b)
+            time.sleep(self.rng.uniform(1.0, 3.0))
+            since = self.ends(s, s.ordered_topic)
+            a.kill()
+            out.faults += 1
+            self.say("  kill -9 worker a; b takes over")
+            took = self.until_output(s, s.ordered_topic, since, every_partition=True, worker=b)
+            if took is not None:
+                out.recovery.append(took)
+            time.sleep(2.0)
+            a = self.worker(a_settings, "worker-a-again")
+            publisher.join()
+            report = self.verified(s, self.drain_timeout(sc.messages), work.messages)
+            a.check_alive()
+            b.check_alive()
+        finally:
+            a.stop()
+            b.stop()
+        return self.ordered_result(out, report)
+
+    def scenario_local_state(self) -> Outcome:
+        sc = self.scale
+        s = self.settings("local-state")
+        asyncio.run(create_topics(s.broker, s.topics(), s.partitions))
+        work = generate(
+            messages=sc.messages // 2,
+            keys=sc.keys,
+            malformed=0,
+            duplicate_rate=0.0,
+            seed=self.seed + 3,
+        )
+        phases = _phases(work.records, 3)
+        out = Outcome("local state deleted, then corrupted", messages=len(work.records))
+        asyncio.run(publish(s.broker, s.input_topic, phases[0]))
+        published = list(phases[0])
+        w = self.worker(s, "worker-0")
+        accepted = len(phases[0])
+        try:
+            report = self.verified(s, self.drain_timeout(accepted), accepted)
+        finally:
+            w.stop()
+        for step, (fault, phase) in enumerate(
+            [("deleted", phases[1]), ("corrupted", phases[2])], start=1
+        ):
+            dbs = sorted(s.data_dir.rglob("*.db"))
+            if not dbs:
+                out.other_failures += 1
+                out.notes.append(f"no local RocksDB to {fault[:-1]}")
+            for db in dbs:
+                if fault == "deleted":
+                    shutil.rmtree(db)
+                else:
+                    _corrupt(db)
+            out.faults += 1
+            self.say(f"  local state {fault}")
+            since = self.ends(s, s.ordered_topic)
+            w = self.worker(s, f"worker-{step}")
+            # the new phase continues every key, plus redeliveries of old messages
+            again = self.rng.sample(published, min(50, len(published)))
+            asyncio.run(publish(s.broker, s.input_topic, phase + again))
+            published += phase
+            accepted += len(phase)
+            try:
+                took = self.until_output(s, s.ordered_topic, since, worker=w)
+                if took is not None:
+                    out.recovery.append(took)
+                report = self.verified(s, self.drain_timeout(accepted), accepted)
+                w.check_alive()
+            finally:
+                w.stop()
+            if fault == "corrupted" and "is corrupt" not in w.log():
+                out.other_failures += 1
+                out.notes.append("corruption was not reported by the worker")
+            if sum(report.reemitted.values()):
+                # a clean stop replays nothing: a repeat means lost dedup state
+                out.other_failures += 1
+                out.notes.append(f"re-emissions after a clean stop: {report.reemitted}")
+        return self.ordered_result(out, report)
+
+    def scenario_corpus(self) -> Outcome:
+        out = Outcome("bad-input corpus")
+        s = self.settings("corpus")
+        asyncio.run(create_topics(s.broker, s.topics(), s.partitions))
+        cases = ordered_cases(s.app_id)
+        work = generate(messages=self.scale.messages // 4, keys=20, malformed=0, seed=self.seed)
+        w = self.worker(s, "worker")
+        try:
+            records = _case_records(cases)
+            asyncio.run(_send(s.broker, s.input_topic, records))
+            asyncio.run(publish(s.broker, s.input_topic, work.records))
+            report = self.verified(s, self.drain_timeout(work.messages), work.messages)
+            self.ordered_result(out, report)
+            dlq = asyncio.run(read_topic(s.broker, s.dlq_topic))
+            ordered = asyncio.run(read_topic(s.broker, s.ordered_topic))
+            for case, problem in _check_ordered_cases(cases, dlq, ordered):
+                out.other_failures += 1
+                out.notes.append(f"{case.name}: {problem}")
+            w.check_alive()
+        finally:
+            w.stop()
+        out.faults += len(cases)
+        out.messages = len(records) + len(work.records)
+        cmd = self.settings("corpus-commands", topology="commands")
+        replies = f"{cmd.command_topic}.replies"
+        asyncio.run(create_topics(cmd.broker, [*cmd.topics(), replies], cmd.partitions))
+        ccases = command_cases(cmd.app_id, replies)
+        cw = self.worker(cmd, "command-worker")
+        try:
+            records = _case_records(ccases)
+            asyncio.run(_send(cmd.broker, cmd.command_topic, records))
+            expected_out = sum(1 for c in ccases if c.expect.startswith("reply:"))
+            expected_dlq = len(ccases) - expected_out
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline:
+                got = sum(self.ends(cmd, replies).values())
+                dead = sum(self.ends(cmd, cmd.command_dlq_topic).values())
+                if got >= expected_out and dead >= expected_dlq:
+                    break
+                cw.check_alive()
+                time.sleep(0.5)
+            dlq = asyncio.run(read_topic(cmd.broker, cmd.command_dlq_topic))
+            answers = asyncio.run(read_topic(cmd.broker, replies))
+            out.dead_lettered += len(dlq)
+            for case, problem in _check_command_cases(ccases, dlq, answers):
+                out.other_failures += 1
+                out.notes.append(f"{case.name}: {problem}")
+            cw.check_alive()
+        finally:
+            cw.stop()
+        out.faults += len(ccases)
+        out.messages += len(records)
+        return out
+
+    def scenario_commands(self) -> Outcome:
+        from seqkeeper.command_check import storm, verify_command_topics
+
+        sc = self.scale
+        s = self.settings("commands", topology="commands")
+        replies = f"{s.command_topic}.replies"
+        asyncio.run(create_topics(s.broker, [*s.topics(), replies], s.partitions))
+        work = storm(commands=sc.commands, reply_to=replies, seed=self.seed)
+        out = Outcome("kill -9 the command worker", messages=len(work.records))
+        publisher = self.publish_in_background(
+            s, s.command_topic, work.records, sc.command_kills * 20.0
+        )
+        # every record but the poison is answered (copies too)
+        finished = self.all_out(s, replies, len(work.records) - work.poison)
+        for i in range(sc.command_kills):
+            since = self.ends(s, replies)
+            w = self.worker(s, f"worker-{i}")
+            took = self.until_output(s, replies, since, worker=w, done=finished)
+            if took is not None:
+                out.recovery.append(took)
+            time.sleep(self.rng.uniform(0.0, 4.0))
+            w.check_alive()
+            w.kill()
+            out.faults += 1
+        publisher.join()
+        since = self.ends(s, replies)
+        w = self.worker(s, "worker-final")
+        try:
+            took = self.until_output(s, replies, since, worker=w, done=finished)
+            if took is not None:
+                out.recovery.append(took)
+            deadline = time.monotonic() + self.drain_timeout(len(work.records))
+            while True:
+                report = asyncio.run(verify_command_topics(s, replies))
+                if report.ok or time.monotonic() > deadline:
+                    break
+                w.check_alive()
+                time.sleep(2.0)
+        finally:
+            w.stop()
+        out.add_checks(report, COMMAND_LOSS, COMMAND_STATE)
+        out.reemitted = report.redispatched
+        out.dead_lettered = report.dead_lettered
+        return out
+
+
+# -- helpers ------------------------------------------------------------------
+
+
+def _phases(
+    records: list[tuple[bytes | None, bytes | None]], n: int
+) -> list[list[tuple[bytes | None, bytes | None]]]:
+    """Split a workload so that each phase holds, per key, the next run of
+    sequences (so each phase ends with nothing waiting behind a gap)."""
+    import orjson
+
+    per_key: dict[bytes | None, list[tuple[int, tuple[bytes | None, bytes | None]]]] = {}
+    for rec in records:
+        seq = orjson.loads(rec[1] or b"{}")["seq"]
+        per_key.setdefault(rec[0], []).append((seq, rec))
+    phases: list[list[tuple[bytes | None, bytes | None]]] = [[] for _ in range(n)]
+    for items in per_key.values():
+        items.sort(key=lambda x: x[0])
+        cut = [len(items) * i // n for i in range(n + 1)]
+        for i in range(n):
+            phases[i] += [rec for _, rec in items[cut[i] : cut[i + 1]]]
+    rng = random.Random(0)
+    for phase in phases:
+        rng.shuffle(phase)
+    return phases
+
+
+def _corrupt(db: Path) -> None:
+    """Flip bytes in the middle of every table file (the MANIFEST and CURRENT
+    too when there is no table file yet)."""
+    targets = sorted(db.glob("*.sst")) or sorted(db.glob("MANIFEST-*"))
+    for f in targets:
+        data = bytearray(f.read_bytes())
+        start = len(data) // 3
+        for i in range(start, min(len(data), start + 256)):
+            data[i] ^= 0xFF
+        f.write_bytes(bytes(data))
+
+
+def _case_records(
+    cases: list[Case],
+) -> list[tuple[bytes | None, bytes | None, tuple[tuple[str, bytes], ...]]]:
+    out: list[tuple[bytes | None, bytes | None, tuple[tuple[str, bytes], ...]]] = []
+    for c in cases:
+        out += [(k, v, ()) for k, v in c.before]
+        out.append((c.key, c.value, c.headers))
+    return out
+
+
+async def _send(
+    bootstrap: str,
+    topic: str,
+    records: list[tuple[bytes | None, bytes | None, tuple[tuple[str, bytes], ...]]],
+) -> None:
+    from aiokafka import AIOKafkaProducer
+
+    producer = AIOKafkaProducer(
+        bootstrap_servers=bootstrap, acks="all", max_request_size=1_048_576, linger_ms=5
+    )
+    await producer.start()
+    try:
+        futures = [
+            await producer.send(topic, v, key=k, headers=list(h) or None) for k, v, h in records
+        ]
+        await asyncio.gather(*futures)
+    finally:
+        await producer.stop()
+
+
+def _check_ordered_cases(cases: list[Case], dlq: list, ordered: list) -> Iterator[tuple[Case, str]]:
+    reasons: dict[tuple[bytes | None, bytes | None], set[str]] = {}
+    for r in dlq:
+        reasons.setdefault((r.key, r.value), set()).add((r.header(REASON) or b"").decode())
+    emitted: dict[tuple[bytes | None, bytes | None], int] = {}
+    for r in ordered:
+        emitted[(r.key, r.value)] = emitted.get((r.key, r.value), 0) + 1
+    for c in cases:
+        got = reasons.get((c.key, c.value), set())
+        if c.expect == EMITTED:
+            if not emitted.get((c.key, c.value)):
+                yield c, "expected in the ordered output, not there"
+        elif c.expect == DROPPED:
+            first = c.before[0]
+            if not emitted.get(first) or (
+                (c.key, c.value) != first and emitted.get((c.key, c.value))
+            ):
+                yield c, "expected the first copy emitted and this one dropped"
+        elif got != {c.expect}:
+            yield c, f"expected dead letter {c.expect!r}, got {sorted(got) or 'none'}"
+
+
+def _check_command_cases(cases: list[Case], dlq: list, replies: list) -> Iterator[tuple[Case, str]]:
+    import orjson
+
+    reasons: dict[tuple[bytes | None, bytes | None], set[str]] = {}
+    for r in dlq:
+        reasons.setdefault((r.key, r.value), set()).add((r.header(REASON) or b"").decode())
+    answers = {}
+    for r in replies:
+        doc = orjson.loads(r.value or b"{}")
+        answers[doc.get("causationId")] = doc
+    for c in cases:
+        if c.expect.startswith("reply:"):
+            mid = orjson.loads(c.value or b"{}").get("messageId")
+            doc = answers.get(mid)
+            want = c.expect.removeprefix("reply:")
+            if doc is None:
+                yield c, "no reply"
+            elif want == "ok" and (not doc["success"] or doc.get("version") != 1):
+                yield c, f"expected applied once (version 1), got {doc}"
+            elif want == "failed" and doc["success"]:
+                yield c, "expected a failure reply"
+            elif want == "expired" and (doc["success"] or doc["message"] != "expired"):
+                yield c, f"expected an 'expired' reply, got {doc['message']!r}"
+        elif reasons.get((c.key, c.value), set()) != {c.expect}:
+            got = sorted(reasons.get((c.key, c.value), set())) or "none"
+            yield c, f"expected dead letter {c.expect!r}, got {got}"
+
+
+# -- the report -----------------------------------------------------------------
+
+
+def _recovery(out: Outcome) -> str:
+    if not out.recovery:
+        return "–"
+    return f"{max(out.recovery):.1f} (median {sorted(out.recovery)[len(out.recovery) // 2]:.1f})"
+
+
+ROW = (
+    "scenario",
+    "messages",
+    "faults",
+    "lost",
+    "order violations",
+    "other failures",
+    "re-emitted (identical)",
+    "dead-lettered",
+    "recovery s, worst (median)",
+    "result",
+)
+
+
+def _cells(out: Outcome) -> list[str]:
+    result = "skipped" if out.skipped else ("PASS" if out.ok else "FAIL")
+    return [
+        out.scenario,
+        f"{out.messages:,}",
+        f"{out.faults:,}",
+        f"{out.lost:,}",
+        f"{out.order_violations:,}",
+        f"{out.other_failures:,}",
+        f"{out.reemitted:,}",
+        f"{out.dead_lettered:,}",
+        _recovery(out),
+        result,
+    ]
+
+
+SHORT_ROW = ("scenario", "msgs", "faults", "lost", "order", "other", "re-emit", "DLQ", "recovery s")
+
+
+def table(outcomes: list[Outcome]) -> Table:
+    t = Table(title="seqkeeper chaos", caption="columns: see docs/reliability.md")
+    for name in (*SHORT_ROW, "result"):
+        t.add_column(
+            name, justify="left" if name in ("scenario", "result") else "right", no_wrap=True
+        )
+    for out in outcomes:
+        t.add_row(*_cells(out))
+    return t
+
+
+def markdown(outcomes: list[Outcome], broker: str, scale: Scale, command: str) -> str:
+    """The report as Markdown (``docs/reliability.md``): generated, not written."""
+    lines = [
+        "# Reliability report",
+        "",
+        f"Generated by `{command}` on {datetime.now(UTC):%Y-%m-%d %H:%M} UTC. Do not edit:",
+        "run it again.",
+        "",
+        f"- Machine: {platform.platform()}, {os.cpu_count()} CPUs, Python {platform.python_version()}",
+        f"- Broker: {broker}",
+        f"- Scale: {scale.messages:,} messages over {scale.keys:,} keys (5% duplicated, shuffled),"
+        f" {scale.kills} kills; broker frozen {scale.freeze:.0f}s; {scale.commands:,} commands"
+        f" (1–5 copies each), {scale.command_kills} kills",
+        "",
+        "| " + " | ".join(ROW) + " |",
+        "|" + "|".join("---" for _ in ROW) + "|",
+    ]
+    for out in outcomes:
+        lines.append("| " + " | ".join(_cells(out)) + " |")
+    lines += [
+        "",
+        "Lost: valid input never emitted (or, for commands, never answered or",
+        "without its events). Order violations: a key's output going backwards,",
+        "or skipping ahead without a GapSkipped marker (commands: an entity's",
+        "state or version differing from a reference without duplicates).",
+        "Re-emitted: repeats of an earlier output, each byte-identical (same",
+        "messageId), so a downstream idempotent receiver drops them; a changed",
+        "repeat is a failure. Recovery: from the end of a fault (restart,",
+        "resume, a peer's death) to the first new output record (failover: new",
+        "output on every partition).",
+        "",
+    ]
+    notes = [(o.scenario, n) for o in outcomes for n in o.notes]
+    skipped = [(o.scenario, o.skipped) for o in outcomes if o.skipped]
+    if notes or skipped:
+        lines += ["## Notes", ""]
+        lines += [f"- {s}: skipped — {why}" for s, why in skipped]
+        lines += [f"- {s}: {n}" for s, n in notes]
+        lines.append("")
+    return "\n".join(lines)
