@@ -7,7 +7,7 @@ VENV   ?= .venv
 BIN     = $(VENV)/bin
 STAMP   = $(VENV)/.installed
 
-.PHONY: demo demo-commands test lint typecheck java clean
+.PHONY: demo demo-commands chaos test lint typecheck java clean
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "need Python 3.11+ (python3.11 or python3)"; exit 1; }
@@ -28,6 +28,10 @@ demo: $(STAMP) java
 
 demo-commands: $(STAMP) java
 	$(BIN)/seqkeeper demo --topology commands
+
+# Faults injected into real workers, verified; writes docs/reliability.md.
+chaos: $(STAMP)
+	$(BIN)/seqkeeper chaos --report docs/reliability.md
 
 test: $(STAMP) java
 	$(BIN)/python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
