@@ -341,6 +341,62 @@ def chaos(
 
 
 @app.command()
+def bench(
+    broker: BrokerOpt = None,
+    smoke: Annotated[bool, typer.Option(help="Tiny sizes: checks the harness works.")] = False,
+    only: Annotated[
+        Optional[list[str]],
+        typer.Option(help="Only these (repeatable): throughput, latency, depth, restart, spark."),
+    ] = None,
+    out: Annotated[Path, typer.Option(help="Where JSON and PNG results go.")] = Path(
+        "bench/results"
+    ),
+    messages: Annotated[Optional[int], typer.Option(help="Workload size.")] = None,
+    state_keys: Annotated[
+        Optional[int], typer.Option(help="Keys of state for the restart and memory figures.")
+    ] = None,
+) -> None:
+    """Benchmark seqkeeper against plain aiokafka (the limit) and a typical
+    Faust agent (the peer) on one broker with the same input; restart time,
+    memory, latency, buffer depth, Spark. One table of ratios and figures."""
+    import dataclasses
+    import tempfile
+
+    from rich.console import Console
+    from rich.table import Table
+
+    from bench.harness import FULL, SMOKE, Bench, run, write
+    from seqkeeper.worker import broker_for
+
+    console = Console()
+    sizes = SMOKE if smoke else FULL
+    if messages:
+        sizes = dataclasses.replace(sizes, messages=messages)
+    if state_keys:
+        sizes = dataclasses.replace(sizes, state_keys=state_keys)
+    settings = Settings().with_overrides(broker=broker)
+    with (
+        broker_for(settings) as settings,
+        tempfile.TemporaryDirectory(prefix="seqkeeper-bench-") as tmp,
+    ):
+        runner = Bench(settings.broker, sizes, Path(tmp), lambda s: console.log(s))
+        result = run(runner, set(only) if only else None)
+    paths = write(result, out)
+    m = result["machine"]
+    table = Table(
+        title="seqkeeper bench",
+        caption=f"{m['cpu']}, {m['cpus']} CPUs, {m['memory_mb']:,} MB, Python {m['python']}",
+    )
+    for col in ("figure", "value", "target", "met"):
+        table.add_column(col, justify="right" if col == "value" else "left")
+    for f in result["ratios"] + result["figures"]:
+        met = "" if f["met"] is None else ("[green]yes[/]" if f["met"] else "[red]no[/]")
+        table.add_row(f["name"], f"{f['value']:,.2f} {f['unit']}", f["target"], met)
+    console.print(table)
+    console.print("written: " + ", ".join(str(p) for p in paths))
+
+
+@app.command()
 def keygen() -> None:
     """Print a new audit encryption key (for SEQKEEPER_AUDIT_KEY)."""
     from spark_sink.crypto import new_key

@@ -9,6 +9,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -83,3 +84,25 @@ def names() -> Iterator[dict[str, str]]:
         "dlq_topic": f"dlq-{tag}",
         "late_topic": f"late-{tag}",
     }
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    """One Spark session (local[2]) for the whole test run."""
+    import os
+    import sys
+
+    from pyspark.sql import SparkSession
+
+    # Spark's Python workers must run this interpreter (it has our packages).
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("seqkeeper-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "4")
+        .config("spark.sql.session.timeZone", "UTC")
+        .getOrCreate()
+    )
+    yield session
+    session.stop()

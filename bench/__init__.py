@@ -1,0 +1,1 @@
+"""``seqkeeper bench``: seqkeeper against its baselines, side by side."""

@@ -1,0 +1,660 @@
+"""The benchmark harness: every figure of issue 7 measured in one run, on one
+broker, with the same input, and printed as one table of ratios and
+absolute figures; JSON and PNG plots under ``bench/results/``.
+
+Throughput is measured from outside the processes: the time from the first
+output record to the expected count on the output topic (end offsets, polled
+every 50 ms), so start-up and group joins are excluded and every process is
+measured the same way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import platform
+import random
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from seqkeeper.broker import die_with_parent, free_port
+from seqkeeper.demo import publish
+from seqkeeper.settings import Settings
+from seqkeeper.topics import create_topics, end_offsets_of
+from seqkeeper.worker import WorkerProcess
+
+Records = list[tuple[bytes | None, bytes | None]]
+
+
+@dataclass(frozen=True)
+class Sizes:
+    messages: int = 200_000
+    keys: int = 10_000
+    partitions: int = 4
+    deep_buffer: int = 100_000
+    state_keys: int = 1_000_000
+    spark_records: int = 1_000_000
+    latency_seconds: float = 20.0
+
+
+FULL = Sizes()
+SMOKE = Sizes(
+    messages=2_000,
+    keys=100,
+    deep_buffer=500,
+    state_keys=2_000,
+    spark_records=5_000,
+    latency_seconds=3.0,
+)
+
+
+@dataclass
+class Figure:
+    """One measured figure (``target``: what issue 7 asks, in words)."""
+
+    name: str
+    value: float
+    unit: str
+    target: str = ""
+    met: bool | None = None
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+def workload(
+    messages: int, keys: int, seed: int = 1, late: float = 0.2, window: int = 50, dup: float = 0.05
+) -> tuple[Records, int]:
+    """``messages`` ~200-byte JSON events over ``keys`` keys; ``late`` of
+    them arrive up to ``window`` places late in their key's stream; ``dup``
+    are delivered twice. Returns the records and the distinct count."""
+    rng = random.Random(seed)
+    per_key: list[list[int]] = [[] for _ in range(keys)]
+    for n in range(messages):
+        per_key[n % keys].append(len(per_key[n % keys]) + 1)
+    for seqs in per_key:
+        for i in range(len(seqs)):
+            if rng.random() < late:
+                j = min(len(seqs) - 1, i + rng.randint(1, window))
+                seqs.insert(j, seqs.pop(i))
+    order = [k for k, seqs in enumerate(per_key) for _ in seqs]
+    rng.shuffle(order)
+    cursor = [0] * keys
+    records: Records = []
+    pad = "x" * 90
+    for k in order:
+        seq = per_key[k][cursor[k]]
+        cursor[k] += 1
+        key = f"key-{k:06d}"
+        doc = {
+            "messageId": f"{key}:{seq}",
+            "seq": seq,
+            "type": "bench.Event",
+            "data": {"amount": seq * 7 % 1000, "pad": pad},
+        }
+        value = orjson.dumps(doc)
+        records.append((key.encode(), value))
+        if rng.random() < dup:
+            records.insert(
+                len(records) - rng.randint(0, min(20, len(records) - 1)), (key.encode(), value)
+            )
+    return records, messages
+
+
+def _tag(name: str) -> str:
+    return f"bench-{name}-{uuid.uuid4().hex[:6]}"
+
+
+async def _count(bootstrap: str, topic: str) -> int:
+    return sum((await end_offsets_of(bootstrap, [topic])).values())
+
+
+def measure_output(
+    bootstrap: str,
+    topic: str,
+    expected: int,
+    alive: Callable[[], bool],
+    timeout: float,
+) -> tuple[float, int]:
+    """(records per second, records) from the first output record until
+    ``expected`` records are on ``topic``."""
+
+    async def run() -> tuple[float, int]:
+        from aiokafka import AIOKafkaConsumer
+
+        from seqkeeper.topics import topic_partitions
+        from state.offsets import high_watermarks
+
+        consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+        await consumer.start()
+        try:
+            started = time.monotonic()
+            deadline = started + timeout
+            first_at, first_n = None, 0
+            tps = await topic_partitions(consumer, topic)
+            while time.monotonic() < deadline:
+                n = sum((await high_watermarks(consumer, tps)).values())
+                now = time.monotonic()
+                if first_at is None and n > 0:
+                    first_at, first_n = now, n
+                if n >= expected and first_at is not None:
+                    if n > first_n:
+                        return (n - first_n) / (now - first_at), n
+                    # all of it came between two polls (tiny runs): count
+                    # from the start of the measurement, start-up included
+                    return n / (now - started), n
+                if not alive():
+                    raise RuntimeError(f"the process writing {topic} died")
+                await asyncio.sleep(0.05)
+            raise TimeoutError(f"{topic}: fewer than {expected} records after {timeout}s")
+        finally:
+            await consumer.stop()
+
+    return asyncio.run(run())
+
+
+@contextmanager
+def process(cmd: list[str], env: dict[str, str], log: Path) -> Iterator[subprocess.Popen[bytes]]:
+    with open(log, "ab") as out:
+        proc = subprocess.Popen(
+            cmd,
+            env={**os.environ, **env},
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            preexec_fn=die_with_parent,
+        )
+    try:
+        yield proc
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+class Bench:
+    def __init__(self, bootstrap: str, sizes: Sizes, workdir: Path, say: Callable[[str], None]):
+        self.bootstrap = bootstrap
+        self.sizes = sizes
+        self.workdir = workdir
+        self.say = say
+        self.records, self.distinct = workload(sizes.messages, sizes.keys)
+
+    def topics(self, tag: str, names: list[str]) -> None:
+        asyncio.run(create_topics(self.bootstrap, names, self.sizes.partitions))
+
+    def timeout(self, n: int) -> float:
+        return max(120.0, n / 50)
+
+    # -- throughput: the three side by side ---------------------------------
+
+    def limit(self) -> Figure:
+        tag = _tag("limit")
+        src, dst = f"{tag}.in", f"{tag}.out"
+        self.topics(tag, [src, dst])
+        asyncio.run(publish(self.bootstrap, src, self.records))
+        cmd = [sys.executable, "-m", "bench.limit", self.bootstrap, src, dst, tag]
+        with process(cmd, {}, self.workdir / f"{tag}.log") as p:
+            rate, _ = measure_output(
+                self.bootstrap,
+                dst,
+                len(self.records),
+                lambda: p.poll() is None,
+                self.timeout(len(self.records)),
+            )
+        return Figure("limit: plain aiokafka", rate, "msg/s")
+
+    def peer(self) -> Figure:
+        tag = _tag("peer")
+        src, dst = f"{tag}.in", f"{tag}.out"
+        self.topics(tag, [src, dst])
+        asyncio.run(publish(self.bootstrap, src, self.records))
+        env = {
+            "BENCH_BROKER": self.bootstrap,
+            "BENCH_IN": src,
+            "BENCH_OUT": dst,
+            "BENCH_APP": tag,
+            "BENCH_DATA": str(self.workdir / tag),
+            "BENCH_PARTITIONS": str(self.sizes.partitions),
+            "BENCH_WEB_PORT": str(free_port()),
+        }
+        cmd = [sys.executable, "-m", "bench.peer", "worker", "-l", "warn"]
+        with process(cmd, env, self.workdir / f"{tag}.log") as p:
+            rate, _ = measure_output(
+                self.bootstrap,
+                dst,
+                self.distinct,
+                lambda: p.poll() is None,
+                self.timeout(self.distinct),
+            )
+        return Figure("peer: Faust agent, 2 tables, send per event", rate, "msg/s")
+
+    def settings(self, tag: str, **over: Any) -> Settings:
+        return Settings(
+            broker=self.bootstrap,
+            app_id=tag,
+            input_topic=f"{tag}.in",
+            ordered_topic=f"{tag}.ordered",
+            deduped_topic=f"{tag}.deduped",
+            dlq_topic=f"{tag}.dlq",
+            late_topic=f"{tag}.late",
+            partitions=self.sizes.partitions,
+            data_dir=self.workdir / tag,
+            log_level="warning",
+            **over,
+        )
+
+    def seqkeeper(
+        self, records: Records | None = None, distinct: int | None = None, **over: Any
+    ) -> Figure:
+        tag = _tag("seqkeeper")
+        s = self.settings(tag, **over)
+        self.topics(tag, s.topics())
+        records = self.records if records is None else records
+        distinct = self.distinct if distinct is None else distinct
+        asyncio.run(publish(self.bootstrap, s.input_topic, records))
+        w = WorkerProcess(s, self.workdir / f"{tag}.log", "warning").start()
+        try:
+            rate, _ = measure_output(
+                self.bootstrap,
+                s.ordered_topic,
+                distinct,
+                lambda: w.proc is not None and w.proc.poll() is None,
+                self.timeout(distinct),
+            )
+        finally:
+            w.stop()
+        return Figure("seqkeeper: dedup + resequence, all features", rate, "msg/s")
+
+    # -- latency --------------------------------------------------------------
+
+    def latency(self, rate: float) -> Figure:
+        """End-to-end latency (produce → ordered output) of in-order input
+        at ``rate`` messages per second."""
+        tag = _tag("latency")
+        s = self.settings(tag)
+        self.topics(tag, s.topics())
+        w = WorkerProcess(s, self.workdir / f"{tag}.log", "warning").start()
+        try:
+            lat = asyncio.run(self._latency(s, rate, self.sizes.latency_seconds))
+        finally:
+            w.stop()
+        lat.sort()
+        p = lambda q: lat[min(len(lat) - 1, int(q * len(lat)))] * 1000  # noqa: E731
+        return Figure(
+            f"latency p99 at {rate:,.0f} msg/s, in order",
+            p(0.99),
+            "ms",
+            detail={
+                "p50": p(0.5),
+                "p90": p(0.9),
+                "p99": p(0.99),
+                "max": lat[-1] * 1000,
+                "n": len(lat),
+                "cdf": [lat[int(i * (len(lat) - 1) / 100)] * 1000 for i in range(101)],
+            },
+        )
+
+    async def _latency(self, s: Settings, rate: float, seconds: float) -> list[float]:
+        from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+
+        consumer = AIOKafkaConsumer(
+            s.ordered_topic,
+            bootstrap_servers=self.bootstrap,
+            auto_offset_reset="earliest",
+            fetch_max_wait_ms=5,
+        )
+        producer = AIOKafkaProducer(bootstrap_servers=self.bootstrap, linger_ms=1)
+        await consumer.start()
+        await producer.start()
+        # warm-up: wait until the worker answers
+        sent: dict[bytes, float] = {}
+        lat: list[float] = []
+        keys = self.sizes.keys
+        n = int(rate * seconds)
+        warm = f"warm:{uuid.uuid4().hex[:4]}"
+        await producer.send_and_wait(
+            s.input_topic,
+            orjson.dumps({"messageId": warm, "seq": 1, "type": "w"}),
+            key=warm.encode(),
+        )
+        while True:
+            got = await consumer.getmany(timeout_ms=1000)
+            if any(r.key == warm.encode() for rs in got.values() for r in rs):
+                break
+
+        async def reader() -> None:
+            while len(lat) < n:
+                got = await consumer.getmany(timeout_ms=500)
+                now = time.time()
+                for rs in got.values():
+                    for r in rs:
+                        t = sent.get(r.value)
+                        if t is not None:
+                            lat.append(now - t)
+
+        task = asyncio.create_task(reader())
+        t0 = time.monotonic()
+        seqs = [0] * keys
+        for i in range(n):
+            k = i % keys
+            seqs[k] += 1
+            key = f"lat-{k:06d}"
+            value = orjson.dumps(
+                {
+                    "messageId": f"{key}:{seqs[k]}",
+                    "seq": seqs[k],
+                    "type": "t",
+                    "data": {"pad": "x" * 120},
+                }
+            )
+            sent[value] = time.time()
+            await producer.send(s.input_topic, value, key=key.encode())
+            ahead = t0 + (i + 1) / rate - time.monotonic()
+            if ahead > 0:
+                await asyncio.sleep(ahead)
+        try:
+            await asyncio.wait_for(task, timeout=60)
+        finally:
+            task.cancel()
+            await producer.stop()
+            await consumer.stop()
+        return lat
+
+    # -- buffer depth ------------------------------------------------------------
+
+    def depth(self, depth: int) -> Figure:
+        """Throughput of the usual workload while one key holds ``depth``
+        buffered messages (its seq 1 never comes)."""
+        stuck = [
+            (b"stuck", orjson.dumps({"messageId": f"stuck:{n}", "seq": n, "type": "t"}))
+            for n in range(2, depth + 2)
+        ]
+        return self._depth(stuck, depth)
+
+    def _depth(self, stuck: Records, depth: int) -> Figure:
+        """:meth:`depth` with the stuck key's records given."""
+        tag = _tag("depth")
+        s = self.settings(
+            tag,
+            max_buffered_per_key=depth * 2,
+            max_buffered_total=max(1_000_000, depth * 4),
+            gap_timeout=3600.0,
+        )
+        self.topics(tag, s.topics())
+        asyncio.run(publish(self.bootstrap, s.input_topic, stuck))
+        w = WorkerProcess(s, self.workdir / f"{tag}.log", "warning").start()
+        try:
+            # the stuck key is buffered when its messages reached the deduped output
+            measure_output(
+                self.bootstrap,
+                s.deduped_topic,
+                len(stuck),
+                lambda: w.proc.poll() is None,
+                self.timeout(len(stuck)),
+            )
+            asyncio.run(publish(self.bootstrap, s.input_topic, self.records))
+            rate, _ = measure_output(
+                self.bootstrap,
+                s.ordered_topic,
+                self.distinct,
+                lambda: w.proc.poll() is None,
+                self.timeout(self.distinct),
+            )
+        finally:
+            w.stop()
+        return Figure(f"seqkeeper with {depth:,} buffered on one key", rate, "msg/s")
+
+    # -- restart and memory with a large state ---------------------------------------
+
+    def restart(self) -> tuple[Figure, Figure]:
+        """Build ``state_keys`` keys of state, stop cleanly, restart: time to
+        the first output of new input; and the worker's peak RSS."""
+        n = self.sizes.state_keys
+        tag = _tag("restart")
+        s = self.settings(tag)
+        self.topics(tag, s.topics())
+        records = [
+            (f"s{k:07d}".encode(), orjson.dumps({"messageId": f"s{k}", "seq": 1, "type": "t"}))
+            for k in range(n)
+        ]
+        asyncio.run(publish(self.bootstrap, s.input_topic, records))
+        w = WorkerProcess(s, self.workdir / f"{tag}.log", "warning").start()
+        try:
+            measure_output(
+                self.bootstrap, s.ordered_topic, n, lambda: w.proc.poll() is None, self.timeout(n)
+            )
+            rss = _peak_rss_mb(w.pid)
+        finally:
+            w.stop()
+        w = WorkerProcess(s, self.workdir / f"{tag}-2.log", "warning").start()
+        t0 = time.monotonic()
+        try:
+            asyncio.run(
+                publish(
+                    self.bootstrap,
+                    s.input_topic,
+                    [(b"s0000000", orjson.dumps({"messageId": "again", "seq": 2, "type": "t"}))],
+                )
+            )
+            measure_output(
+                self.bootstrap, s.ordered_topic, n + 1, lambda: w.proc.poll() is None, 600
+            )
+            took = time.monotonic() - t0
+            rss = max(rss, _peak_rss_mb(w.pid))
+        finally:
+            w.stop()
+        return (
+            Figure(f"restart to first output, {n:,} keys of state", took, "s", "< 15 s", took < 15),
+            Figure(f"worker peak RSS, {n:,} keys of state", rss, "MB", "< 500 MB", rss < 500),
+        )
+
+    # -- Spark --------------------------------------------------------------------------
+
+    def spark(self) -> tuple[Figure, Figure, Figure]:
+        from spark_sink.job import spark_session
+        from spark_sink.kafka_source import read_kafka
+        from spark_sink.snapshots import compact_snapshots
+
+        n = self.sizes.spark_records
+        tag = _tag("spark")
+        topic = f"{tag}-state-changelog"
+        self.topics(tag, [topic])
+        records = [(b"k%d" % (i % max(1, n // 4)), b"v" * 100) for i in range(n)]
+        asyncio.run(publish(self.bootstrap, topic, records))
+        t0 = time.monotonic()
+        asyncio.run(_consume_all(self.bootstrap, topic, n))
+        direct = n / (time.monotonic() - t0)
+        from pyspark.sql import SparkSession
+
+        ours = SparkSession.getActiveSession() is None  # else: the caller's (tests)
+        spark = spark_session("local[2]")
+        try:
+            opts = {"kafka.bootstrap.servers": self.bootstrap, "subscribe": topic}
+            read_kafka(spark, opts).count()  # warm-up: Python workers started
+            t0 = time.monotonic()
+            assert read_kafka(spark, opts).count() == n
+            source = n / (time.monotonic() - t0)
+            t0 = time.monotonic()
+            compact_snapshots(spark, self.bootstrap, [topic], self.workdir / tag)
+            compaction = time.monotonic() - t0
+        finally:
+            if ours:
+                spark.stop()
+        return (
+            Figure("aiokafka consumer read", direct, "rec/s"),
+            Figure(
+                "Spark data source read",
+                source,
+                "rec/s",
+                "≥ 0.5 × aiokafka",
+                source >= 0.5 * direct,
+            ),
+            Figure(
+                f"compaction of {n:,} changelog records, local[2]",
+                compaction,
+                "s",
+                "< 60 s",
+                compaction < 60,
+            ),
+        )
+
+
+async def _consume_all(bootstrap: str, topic: str, n: int) -> None:
+    from aiokafka import AIOKafkaConsumer
+
+    consumer = AIOKafkaConsumer(
+        topic,
+        bootstrap_servers=bootstrap,
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+        max_poll_records=10_000,
+    )
+    await consumer.start()
+    try:
+        got = 0
+        while got < n:
+            batch = await consumer.getmany(timeout_ms=1000)
+            got += sum(len(v) for v in batch.values())
+    finally:
+        await consumer.stop()
+
+
+def _peak_rss_mb(pid: int | None) -> float:
+    """The process's peak resident set (VmHWM), in MB."""
+    if pid is None:
+        return 0.0
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def machine() -> dict[str, Any]:
+    mem = 0
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemTotal:"):
+            mem = int(line.split()[1]) // 1024
+    cpu = ""
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            cpu = line.split(":", 1)[1].strip()
+            break
+    return {
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+        "cpu": cpu,
+        "memory_mb": mem,
+        "python": platform.python_version(),
+    }
+
+
+def run(bench: Bench, only: set[str] | None = None) -> dict[str, Any]:
+    """Every figure, with the ratios issue 7 asks for."""
+    want = lambda name: only is None or name in only  # noqa: E731
+    figures: list[Figure] = []
+    ratios: list[Figure] = []
+    if want("throughput"):
+        bench.say("throughput: limit")
+        limit = bench.limit()
+        bench.say(f"  {limit.value:,.0f} msg/s; peer")
+        peer = bench.peer()
+        bench.say(f"  {peer.value:,.0f} msg/s; seqkeeper")
+        ours = bench.seqkeeper()
+        bench.say(f"  {ours.value:,.0f} msg/s")
+        figures += [limit, peer, ours]
+        r_limit = ours.value / limit.value
+        r_peer = ours.value / peer.value
+        ratios += [
+            Figure("seqkeeper / limit", r_limit, "×", "≥ 0.5", r_limit >= 0.5),
+            Figure("seqkeeper / peer", r_peer, "×", "≥ 10", r_peer >= 10),
+        ]
+        if want("latency"):
+            bench.say("latency at half of seqkeeper's throughput")
+            lat = bench.latency(max(10.0, ours.value / 2))
+            lat.target, lat.met = "p99 < 100 ms", lat.value < 100
+            figures.append(lat)
+    if want("depth"):
+        bench.say("buffer depth")
+        shallow = bench.depth(10)
+        deep = bench.depth(bench.sizes.deep_buffer)
+        figures += [shallow, deep]
+        r = deep.value / shallow.value
+        ratios.append(
+            Figure(f"{bench.sizes.deep_buffer:,} buffered / 10 buffered", r, "×", "≥ 0.7", r >= 0.7)
+        )
+    if want("restart"):
+        bench.say("restart and memory with a large state")
+        figures += list(bench.restart())
+    if want("spark"):
+        bench.say("Spark")
+        direct, source, compaction = bench.spark()
+        figures += [direct, source, compaction]
+        ratios.append(
+            Figure(
+                "Spark source / aiokafka",
+                source.value / direct.value,
+                "×",
+                "≥ 0.5",
+                source.value >= 0.5 * direct.value,
+            )
+        )
+    return {
+        "when": datetime.now(UTC).isoformat(timespec="seconds"),
+        "machine": machine(),
+        "sizes": asdict(bench.sizes),
+        "figures": [asdict(f) for f in figures],
+        "ratios": [asdict(f) for f in ratios],
+    }
+
+
+def write(result: dict[str, Any], outdir: Path) -> list[Path]:
+    """JSON (timestamped and ``latest.json``) and PNG plots (if matplotlib is
+    installed); the paths written."""
+    outdir.mkdir(parents=True, exist_ok=True)
+    stamp = result["when"].replace(":", "").replace("-", "")
+    paths = []
+    for name in (f"bench-{stamp}.json", "latest.json"):
+        (outdir / name).write_text(json.dumps(result, indent=2))
+        paths.append(outdir / name)
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return paths
+    rates = [f for f in result["figures"] if f["unit"] == "msg/s"]
+    if rates:
+        fig, ax = plt.subplots(figsize=(8, 3 + 0.4 * len(rates)))
+        ax.barh([f["name"] for f in rates], [f["value"] for f in rates])
+        ax.set_xlabel("messages per second")
+        ax.set_title(f"throughput — {result['machine']['cpus']} CPUs, {result['when']}")
+        fig.tight_layout()
+        fig.savefig(outdir / "throughput.png")
+        plt.close(fig)
+        paths.append(outdir / "throughput.png")
+    lat = [f for f in result["figures"] if "cdf" in f.get("detail", {})]
+    if lat:
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for f in lat:
+            ax.plot(f["detail"]["cdf"], [i / 100 for i in range(101)], label=f["name"])
+        ax.set_xlabel("end-to-end latency, ms")
+        ax.set_ylabel("fraction of messages")
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(outdir / "latency_cdf.png")
+        plt.close(fig)
+        paths.append(outdir / "latency_cdf.png")
+    return paths

@@ -1,0 +1,61 @@
+"""The benchmark harness works (a seconds-long smoke run); never a speed
+threshold — performance is proven by `seqkeeper bench`, not by tests."""
+
+from __future__ import annotations
+
+import json
+
+import orjson
+import pytest
+
+from bench.harness import Bench, Sizes, run, workload, write
+
+pytestmark = pytest.mark.integration
+
+TINY = Sizes(
+    messages=300,
+    keys=20,
+    partitions=2,
+    deep_buffer=40,
+    state_keys=100,
+    spark_records=500,
+    latency_seconds=1.0,
+)
+
+
+def test_workload_shape() -> None:
+    records, distinct = workload(2_000, 100, late=0.2, window=50, dup=0.05)
+    ids = [orjson.loads(v)["messageId"] for _, v in records]
+    assert distinct == 2_000 == len(set(ids))
+    assert 0.03 < (len(ids) - distinct) / distinct < 0.07  # about 5% duplicated
+    late = 0
+    last: dict[bytes | None, int] = {}
+    for k, v in records:
+        seq = orjson.loads(v)["seq"]
+        late += seq < last.get(k, 0)
+        last[k] = max(seq, last.get(k, 0))
+    assert 0.05 < late / distinct < 0.3  # out of order within their key
+    assert 150 < len(v) < 250  # ~200-byte JSON
+
+
+def test_smoke_run_writes_every_figure(broker, spark, tmp_path) -> None:
+    bench = Bench(broker.bootstrap, TINY, tmp_path, lambda s: None)
+    result = run(bench)
+    names = [f["name"] for f in result["figures"]]
+    for expected in (
+        "limit",
+        "peer",
+        "seqkeeper:",
+        "latency p99",
+        "buffered on one key",
+        "restart to first output",
+        "peak RSS",
+        "Spark data source",
+        "compaction",
+    ):
+        assert any(expected in n for n in names), expected
+    assert all(f["value"] > 0 for f in result["figures"])
+    assert {r["name"] for r in result["ratios"]} >= {"seqkeeper / limit", "seqkeeper / peer"}
+    paths = write(result, tmp_path / "results")
+    assert json.loads((tmp_path / "results" / "latest.json").read_text())["machine"]["cpus"] >= 1
+    assert {p.name for p in paths} >= {"latest.json", "throughput.png", "latency_cdf.png"}
