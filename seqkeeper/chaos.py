@@ -103,6 +103,11 @@ class Outcome:
     notes: list[str] = field(default_factory=list)
     skipped: str | None = None
 
+    def recovered(self, seconds: float | None) -> None:
+        """Record a recovery time (``None``: not measured, e.g. nothing left to output)."""
+        if seconds is not None:
+            self.recovery.append(seconds)
+
     @property
     def ok(self) -> bool:
         return self.skipped is not None or (
@@ -161,6 +166,12 @@ class Chaos:
             **over,
         )
         (self.workdir / tag).mkdir(parents=True, exist_ok=True)
+        return s
+
+    def prepared(self, scenario: str, *extra_topics: str, **over: object) -> Settings:
+        """:meth:`settings` with the topics created."""
+        s = self.settings(scenario, **over)
+        asyncio.run(create_topics(s.broker, [*s.topics(), *extra_topics], s.partitions))
         return s
 
     def worker(self, settings: Settings, name: str) -> WorkerProcess:
@@ -269,8 +280,7 @@ class Chaos:
 
     def scenario_kill(self) -> Outcome:
         sc = self.scale
-        s = self.settings("kill")
-        asyncio.run(create_topics(s.broker, s.topics(), s.partitions))
+        s = self.prepared("kill")
         work = generate(messages=sc.messages, keys=sc.keys, malformed=24, seed=self.seed)
         out = Outcome("kill -9 the worker", messages=len(work.records))
         # input flows during the kills (about 20 s per cycle)
@@ -282,9 +292,7 @@ class Chaos:
             if self.rng.random() < 0.25:  # during start-up or recovery
                 time.sleep(self.rng.uniform(0.5, 4.0))
             else:
-                took = self.until_output(s, s.ordered_topic, since, worker=w, done=finished)
-                if took is not None:
-                    out.recovery.append(took)
+                out.recovered(self.until_output(s, s.ordered_topic, since, worker=w, done=finished))
                 time.sleep(self.rng.uniform(0.0, 6.0))
             w.check_alive()
             w.kill()
@@ -294,9 +302,7 @@ class Chaos:
         since = self.ends(s, s.ordered_topic)
         w = self.worker(s, "worker-final")
         try:
-            took = self.until_output(s, s.ordered_topic, since, worker=w, done=finished)
-            if took is not None:
-                out.recovery.append(took)
+            out.recovered(self.until_output(s, s.ordered_topic, since, worker=w, done=finished))
             report = self.verified(s, self.drain_timeout(work.messages), work.messages)
             w.check_alive()
         finally:
@@ -309,8 +315,7 @@ class Chaos:
             out.skipped = "needs the embedded broker (its process must be ours to stop)"
             return out
         sc = self.scale
-        s = self.settings("freeze")
-        asyncio.run(create_topics(s.broker, s.topics(), s.partitions))
+        s = self.prepared("freeze")
         work = generate(messages=sc.others // 2, keys=sc.keys, malformed=8, seed=self.seed + 1)
         out.messages = len(work.records)
         asyncio.run(publish(s.broker, s.input_topic, work.records))
@@ -326,9 +331,7 @@ class Chaos:
                 self.embedded.resume()
             out.faults = 1
             since = self.ends(s, s.ordered_topic)
-            took = self.until_output(s, s.ordered_topic, since, worker=w, timeout=120)
-            if took is not None:
-                out.recovery.append(took)
+            out.recovered(self.until_output(s, s.ordered_topic, since, worker=w, timeout=120))
             report = self.verified(s, self.drain_timeout(work.messages), work.messages)
             if w.proc is not None and w.proc.poll() is not None:
                 out.other_failures += 1
@@ -339,8 +342,7 @@ class Chaos:
 
     def scenario_failover(self) -> Outcome:
         sc = self.scale
-        s = self.settings("failover")
-        asyncio.run(create_topics(s.broker, s.topics(), s.partitions))
+        s = self.prepared("failover")
         work = generate(messages=sc.others, keys=sc.keys, malformed=8, seed=self.seed + 2)
         out = Outcome("two workers, one killed", messages=len(work.records))
         # input keeps flowing on every partition across the failover
@@ -357,9 +359,9 @@ class Chaos:
             a.kill()
             out.faults += 1
             self.say("  kill -9 worker a; b takes over")
-            took = self.until_output(s, s.ordered_topic, since, every_partition=True, worker=b)
-            if took is not None:
-                out.recovery.append(took)
+            out.recovered(
+                self.until_output(s, s.ordered_topic, since, every_partition=True, worker=b)
+            )
             time.sleep(2.0)
             a = self.worker(a_settings, "worker-a-again")
             publisher.join()
@@ -373,8 +375,7 @@ class Chaos:
 
     def scenario_local_state(self) -> Outcome:
         sc = self.scale
-        s = self.settings("local-state")
-        asyncio.run(create_topics(s.broker, s.topics(), s.partitions))
+        s = self.prepared("local-state")
         work = generate(
             messages=sc.others // 2,
             keys=sc.keys,
@@ -414,9 +415,7 @@ class Chaos:
             published += phase
             accepted += len(phase)
             try:
-                took = self.until_output(s, s.ordered_topic, since, worker=w)
-                if took is not None:
-                    out.recovery.append(took)
+                out.recovered(self.until_output(s, s.ordered_topic, since, worker=w))
                 report = self.verified(s, self.drain_timeout(accepted), accepted)
                 w.check_alive()
             finally:
@@ -432,8 +431,7 @@ class Chaos:
 
     def scenario_corpus(self) -> Outcome:
         out = Outcome("bad-input corpus")
-        s = self.settings("corpus")
-        asyncio.run(create_topics(s.broker, s.topics(), s.partitions))
+        s = self.prepared("corpus")
         cases = ordered_cases(s.app_id)
         work = generate(messages=self.scale.others // 4, keys=20, malformed=0, seed=self.seed)
         w = self.worker(s, "worker")
@@ -485,7 +483,7 @@ class Chaos:
         return out
 
     def scenario_commands(self) -> Outcome:
-        from seqkeeper.command_check import storm, verify_command_topics
+        from seqkeeper.command_check import storm, wait_until_commands_verified
 
         sc = self.scale
         s = self.settings("commands", topology="commands")
@@ -501,9 +499,7 @@ class Chaos:
         for i in range(sc.command_kills):
             since = self.ends(s, replies)
             w = self.worker(s, f"worker-{i}")
-            took = self.until_output(s, replies, since, worker=w, done=finished)
-            if took is not None:
-                out.recovery.append(took)
+            out.recovered(self.until_output(s, replies, since, worker=w, done=finished))
             time.sleep(self.rng.uniform(0.0, 4.0))
             w.check_alive()
             w.kill()
@@ -512,16 +508,10 @@ class Chaos:
         since = self.ends(s, replies)
         w = self.worker(s, "worker-final")
         try:
-            took = self.until_output(s, replies, since, worker=w, done=finished)
-            if took is not None:
-                out.recovery.append(took)
-            deadline = time.monotonic() + self.drain_timeout(len(work.records))
-            while True:
-                report = asyncio.run(verify_command_topics(s, replies))
-                if report.ok or time.monotonic() > deadline:
-                    break
-                w.check_alive()
-                time.sleep(2.0)
+            out.recovered(self.until_output(s, replies, since, worker=w, done=finished))
+            report = wait_until_commands_verified(
+                s, replies, self.drain_timeout(len(work.records)), w, every=2.0
+            )
         finally:
             w.stop()
         out.add_checks(report, COMMAND_LOSS, COMMAND_STATE)

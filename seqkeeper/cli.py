@@ -29,6 +29,11 @@ BrokerOpt = Annotated[
     ),
 ]
 
+InputTopicOpt = Annotated[Optional[str], typer.Option(help="[env SEQKEEPER_INPUT_TOPIC]")]
+OrderedTopicOpt = Annotated[Optional[str], typer.Option(help="[env SEQKEEPER_ORDERED_TOPIC]")]
+DedupedTopicOpt = Annotated[Optional[str], typer.Option(help="[env SEQKEEPER_DEDUPED_TOPIC]")]
+DlqTopicOpt = Annotated[Optional[str], typer.Option(help="[env SEQKEEPER_DLQ_TOPIC]")]
+
 
 @app.command()
 def broker(
@@ -60,14 +65,10 @@ def worker(
     partitions: Annotated[
         Optional[int], typer.Option(help="Topic partitions [env SEQKEEPER_PARTITIONS].")
     ] = None,
-    input_topic: Annotated[Optional[str], typer.Option(help="[env SEQKEEPER_INPUT_TOPIC]")] = None,
-    ordered_topic: Annotated[
-        Optional[str], typer.Option(help="[env SEQKEEPER_ORDERED_TOPIC]")
-    ] = None,
-    deduped_topic: Annotated[
-        Optional[str], typer.Option(help="[env SEQKEEPER_DEDUPED_TOPIC]")
-    ] = None,
-    dlq_topic: Annotated[Optional[str], typer.Option(help="[env SEQKEEPER_DLQ_TOPIC]")] = None,
+    input_topic: InputTopicOpt = None,
+    ordered_topic: OrderedTopicOpt = None,
+    deduped_topic: DedupedTopicOpt = None,
+    dlq_topic: DlqTopicOpt = None,
     session_timeout: Annotated[
         Optional[float], typer.Option(help="Seconds [env SEQKEEPER_SESSION_TIMEOUT].")
     ] = None,
@@ -217,14 +218,10 @@ def replay(
 @app.command()
 def verify(
     broker: Annotated[str, typer.Option("--broker", "-b", help="Kafka bootstrap servers.")],
-    input_topic: Annotated[Optional[str], typer.Option(help="[env SEQKEEPER_INPUT_TOPIC]")] = None,
-    ordered_topic: Annotated[
-        Optional[str], typer.Option(help="[env SEQKEEPER_ORDERED_TOPIC]")
-    ] = None,
-    deduped_topic: Annotated[
-        Optional[str], typer.Option(help="[env SEQKEEPER_DEDUPED_TOPIC]")
-    ] = None,
-    dlq_topic: Annotated[Optional[str], typer.Option(help="[env SEQKEEPER_DLQ_TOPIC]")] = None,
+    input_topic: InputTopicOpt = None,
+    ordered_topic: OrderedTopicOpt = None,
+    deduped_topic: DedupedTopicOpt = None,
+    dlq_topic: DlqTopicOpt = None,
     late_topic: Annotated[Optional[str], typer.Option(help="[env SEQKEEPER_LATE_TOPIC]")] = None,
     drained: Annotated[
         bool, typer.Option(help="Every gap must have been given up by now (input finished).")

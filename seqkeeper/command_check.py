@@ -97,6 +97,24 @@ async def verify_command_topics(settings: Settings, replies: str) -> CommandRepo
     )
 
 
+def wait_until_commands_verified(
+    settings: Settings, replies: str, timeout: float, worker: Any = None, every: float = 1.0
+) -> CommandReport:
+    """Poll :func:`verify_command_topics` until it passes or ``timeout``
+    runs out (``worker``: a WorkerProcess that must stay alive meanwhile)."""
+    import asyncio
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        report = asyncio.run(verify_command_topics(settings, replies))
+        if report.ok or time.monotonic() > deadline:
+            return report
+        if worker is not None:
+            worker.check_alive()
+        time.sleep(every)
+
+
 def verify_commands(
     commands: list[Record], replies: list[Record], events: list[Record], dlq: list[Record]
 ) -> CommandReport:

@@ -245,7 +245,7 @@ def run_command_demo(settings: Settings, commands: int, seed: int, quiet: bool =
     (each delivered 1-5 times, plus poison), verified: every command
     answered, each applied once, stock equal to a reference computed
     without duplicates and never negative. Exit code 0 only if verified."""
-    from seqkeeper.command_check import storm, verify_command_topics
+    from seqkeeper.command_check import storm, wait_until_commands_verified
 
     console = Console(quiet=quiet)
     started = time.monotonic()
@@ -269,13 +269,7 @@ def run_command_demo(settings: Settings, commands: int, seed: int, quiet: bool =
                         worker,
                     )
                 )
-                deadline = time.monotonic() + 60
-                while (
-                    not (report := asyncio.run(verify_command_topics(settings, replies))).ok
-                    and time.monotonic() < deadline
-                ):
-                    worker.check_alive()
-                    time.sleep(1)
+                report = wait_until_commands_verified(settings, replies, 60, worker)
         finally:
             worker.stop()
         table = Table(title="seqkeeper demo: command worker")

@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from seqkeeper.cli import app
-from seqkeeper.command_check import storm, verify_command_topics
+from seqkeeper.command_check import storm, wait_until_commands_verified
 from seqkeeper.demo import publish
 from seqkeeper.inspect import load, lookup
 from seqkeeper.topics import create_topics
@@ -45,13 +45,7 @@ def test_duplicate_storm_with_a_crash(make_settings, names, tmp_path) -> None:
     asyncio.run(publish(settings.broker, settings.command_topic, work.records[half:]))
     second = WorkerProcess(settings, tmp_path / "second.log").start()
     try:
-        deadline = time.monotonic() + 150
-        while True:
-            report = asyncio.run(verify_command_topics(settings, replies))
-            if report.ok or time.monotonic() > deadline:
-                break
-            second.check_alive()
-            time.sleep(1)
+        report = wait_until_commands_verified(settings, replies, 150, second)
         assert report.ok, [(c.name, c.count, c.detail) for c in report.failures()]
         assert report.commands == 401  # 400 + the poison with an unknown type
         assert report.copies > 2 * report.commands  # a storm indeed
