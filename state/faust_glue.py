@@ -31,6 +31,7 @@ from faust.types import TP
 from faust.types.transports import TransportT
 
 from state.offsets import end_offsets
+from state.producer import BatchProducer
 
 log = logging.getLogger("seqkeeper.recovery")
 
@@ -200,6 +201,8 @@ class App(faust.App):
         super().__init__(*args, **kwargs)
         #: Awaited before every offset commit (see :class:`HighwaterConsumer`).
         self.before_commit: list[Callable[[], Awaitable[None]]] = []
+        #: Record batches through Faust's own aiokafka producer.
+        self.batch_producer = BatchProducer(lambda: cast(Any, self.producer)._ensure_producer())
 
     def _new_transport(self) -> TransportT:
         return HighwaterTransport(self.conf.broker_consumer, self)

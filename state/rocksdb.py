@@ -1,16 +1,18 @@
 """A :class:`~state.base.PartitionStore` over a Faust table on RocksDB.
 
 Reads and writes go straight to the partition's RocksDB database (rocksdict,
-raw mode), and every write is sent to the table's changelog topic, to the
-same partition, through Faust (``Table.send_changelog``), so Faust's recovery,
-standby and persisted-offset bookkeeping work unchanged. Going around
-``Table.__setitem__`` gives two things Faust's table API does not: writes
-outside of an event (timers) and no per-access Python mapping overhead.
+raw mode). Every write is also queued, in order, for the table's changelog
+topic (same partition); :meth:`FaustRocksStore.flush` sends the queue as
+record batches (:mod:`state.producer`), waits for the acknowledgements, and
+records the persisted changelog offset per partition as Faust's own
+changelog path does, so Faust's recovery (from the changelog, or from local
+RocksDB up to the persisted offset) works unchanged. Going around
+``Table.__setitem__`` and ``Table.send_changelog`` gives what Faust's table
+API does not: writes outside of an event (timers), no per-access mapping
+overhead, and no per-record publish (a future and callbacks per write).
 
-:meth:`FaustRocksStore.pending_writes` gives, per partition, the future of the
-last changelog record sent: once they resolve, every write made before the
-call is on the broker (aiokafka keeps one request in flight per partition,
-so records of a partition are acknowledged in order).
+The outbox cycle (:mod:`topologies.shell`) flushes before it produces any
+output, so no output is ever on the broker before the state behind it.
 """
 
 from __future__ import annotations
@@ -18,16 +20,32 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from faust.types import TP
+
+from state.producer import BatchProducer, Record
+
 
 class FaustRocksStore:
-    def __init__(self, table: Any) -> None:
+    def __init__(self, table: Any, producer: BatchProducer) -> None:
         self.table = table
         self.name: str = table.name
-        self._last: dict[int, Any] = {}
+        self.producer = producer
+        self._queued: dict[int, list[Record]] = {}
 
-    def pending_writes(self) -> list[Any]:
-        """Futures that resolve once all writes made so far are durable."""
-        return list(self._last.values())
+    def take_writes(self) -> dict[int, list[Record]]:
+        """The changelog records of the writes made so far, per partition
+        (taken: the next call starts empty)."""
+        queued, self._queued = self._queued, {}
+        return queued
+
+    async def flush(self, writes: dict[int, list[Record]]) -> None:
+        """Send taken writes to the changelog; return once all are durable."""
+        if not writes:
+            return
+        topic: str = self.table.changelog_topic.get_topic_name()
+        last = await self.producer.send({(topic, p): items for p, items in writes.items()})
+        for (_, partition), offset in last.items():
+            self.table.data.set_persisted_offset(TP(topic, partition), offset)
 
     def _db(self, partition: int) -> Any:
         return self.table.data._db_for_partition(partition)
@@ -38,11 +56,11 @@ class FaustRocksStore:
 
     def put(self, partition: int, key: bytes, value: bytes) -> None:
         self._db(partition).put(key, value)
-        self._last[partition] = self.table.send_changelog(partition, key, value)
+        self._queued.setdefault(partition, []).append((key, value, ()))
 
     def delete(self, partition: int, key: bytes) -> None:
         self._db(partition).delete(key)
-        self._last[partition] = self.table.send_changelog(partition, key, None)
+        self._queued.setdefault(partition, []).append((key, None, ()))
 
     def seek(self, partition: int, start: bytes, prefix: bytes) -> tuple[bytes, bytes] | None:
         it = self._db(partition).iter()

@@ -286,7 +286,7 @@ def build_app(settings: Settings, registry: Registry | None = None) -> faust.App
         return topics[name]
 
     table = raw_table(app, "commands", settings.partitions)
-    store = FaustRocksStore(table)
+    store = FaustRocksStore(table, app.batch_producer)  # type: ignore[attr-defined]
     topology = CommandTopology(settings, CommandStore(store), registry)
     app.seqkeeper = topology  # type: ignore[attr-defined]
     probe = install_outbox(app, topology, store, resolve)

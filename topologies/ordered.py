@@ -332,7 +332,7 @@ def build_app(settings: Settings) -> faust.App:
         )
     }
     table = raw_table(app, "state", settings.partitions)
-    store = FaustRocksStore(table)
+    store = FaustRocksStore(table, app.batch_producer)  # type: ignore[attr-defined]
     topology = OrderedTopology(settings, Stores(store))
     app.seqkeeper = topology  # type: ignore[attr-defined]
     probe = install_outbox(app, topology, store, topics.__getitem__)

@@ -3,10 +3,11 @@ diagnostics and the metrics page.
 
 The outbox cycle (see :mod:`topologies.ordered` for why): a topology queues
 output records in its outbox while it writes state; :func:`install_outbox`
-runs a task that takes the queued batch, waits until the state written so
-far is acknowledged by the broker, produces the batch, waits for those
-acknowledgements, and hands the batch back to the topology to confirm. The
-same cycle runs before every offset commit.
+runs a task that takes the queued batch and the changelog writes made so
+far, sends the writes and waits until the broker acknowledges them, produces
+the batch, waits for those acknowledgements, and hands the batch back to the
+topology to confirm. Both go as record batches per topic-partition
+(:mod:`state.producer`). The same cycle runs before every offset commit.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 
 from seqkeeper.settings import Settings
 from state.faust_glue import App
+from state.producer import BatchProducer, Record
 from state.rocksdb import FaustRocksStore
 
 log = logging.getLogger("seqkeeper.shell")
@@ -132,18 +134,22 @@ def install_outbox(
     topology.on_output = wake.set
     lock = asyncio.Lock()
 
+    producer: BatchProducer = app.batch_producer
+
     async def cycle() -> None:
         async with lock:
+            # taken together, with no await between: the writes behind the batch
             batch = topology.take()
-            writes = store.pending_writes()
+            writes = store.take_writes()
+            await store.flush(writes)
             if not batch:
                 return
-            await asyncio.gather(*writes)
-            sent = [
-                resolve(r.topic).send_soon(key=r.key, value=r.value, headers=r.headers)
-                for r in batch.records
-            ]
-            await asyncio.gather(*sent)
+            grouped: dict[tuple[str, int], list[Record]] = {}
+            for r in batch.records:
+                topic = resolve(r.topic).get_topic_name()
+                partition = await producer.partition_for(topic, r.key)
+                grouped.setdefault((topic, partition), []).append((r.key, r.value, r.headers or ()))
+            await producer.send(grouped)
             topology.confirm(batch)
 
     app.before_commit.append(cycle)
