@@ -7,7 +7,7 @@ VENV   ?= .venv
 BIN     = $(VENV)/bin
 STAMP   = $(VENV)/.installed
 
-.PHONY: demo demo-commands chaos test lint typecheck java clean
+.PHONY: demo demo-commands chaos bench test lint typecheck java clean
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "need Python 3.11+ (python3.11 or python3)"; exit 1; }
@@ -32,6 +32,10 @@ demo-commands: $(STAMP) java
 # Faults injected into real workers, verified; writes docs/reliability.md.
 chaos: $(STAMP)
 	$(BIN)/seqkeeper chaos --report docs/reliability.md
+
+# seqkeeper against its baselines; JSON and PNG under bench/results/.
+bench: $(STAMP) java
+	$(BIN)/seqkeeper bench
 
 test: $(STAMP) java
 	$(BIN)/python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)

@@ -134,6 +134,12 @@ class Settings:
     timer_interval: float = field(
         default_factory=lambda: float(_env("SEQKEEPER_TIMER_INTERVAL", "0.5"))
     )
+    #: Seconds the outbox waits after the first output before it produces,
+    #: so one cycle carries many records (latency vs. batch size).
+    #: Env ``SEQKEEPER_OUTBOX_LINGER``.
+    outbox_linger: float = field(
+        default_factory=lambda: float(_env("SEQKEEPER_OUTBOX_LINGER", "0.005"))
+    )
 
     def resequencer_policy(self) -> Policy:
         if self.first_seq not in ("one", "first-seen"):

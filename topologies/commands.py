@@ -289,7 +289,7 @@ def build_app(settings: Settings, registry: Registry | None = None) -> faust.App
     store = FaustRocksStore(table, app.batch_producer)  # type: ignore[attr-defined]
     topology = CommandTopology(settings, CommandStore(store), registry)
     app.seqkeeper = topology  # type: ignore[attr-defined]
-    probe = install_outbox(app, topology, store, resolve)
+    probe = install_outbox(app, topology, store, resolve, settings.outbox_linger)
     install_diagnostics(app, probe, lambda: {"owned": topology.owned})
     install_metrics(app, topology.metrics.registry)
 

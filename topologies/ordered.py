@@ -335,7 +335,7 @@ def build_app(settings: Settings) -> faust.App:
     store = FaustRocksStore(table, app.batch_producer)  # type: ignore[attr-defined]
     topology = OrderedTopology(settings, Stores(store))
     app.seqkeeper = topology  # type: ignore[attr-defined]
-    probe = install_outbox(app, topology, store, topics.__getitem__)
+    probe = install_outbox(app, topology, store, topics.__getitem__, settings.outbox_linger)
     install_diagnostics(
         app,
         probe,

@@ -126,10 +126,15 @@ def raw_topic(app: faust.App, name: str, partitions: int) -> Any:
 
 
 def install_outbox(
-    app: Any, topology: Outboxed, store: FaustRocksStore, resolve: Callable[[str], Any]
+    app: Any,
+    topology: Outboxed,
+    store: FaustRocksStore,
+    resolve: Callable[[str], Any],
+    linger: float = 0.0,
 ) -> Callable[[], dict[str, Any]]:
     """Run the outbox cycle for ``topology``; ``resolve`` maps an
-    :attr:`Out.topic` to a Faust topic. Returns a probe for diagnostics."""
+    :attr:`Out.topic` to a Faust topic; a cycle starts ``linger`` seconds
+    after the first output. Returns a probe for diagnostics."""
     wake = asyncio.Event()
     topology.on_output = wake.set
     lock = asyncio.Lock()
@@ -158,6 +163,8 @@ def install_outbox(
     async def outbox() -> None:
         while True:
             await wake.wait()
+            if linger:
+                await asyncio.sleep(linger)
             wake.clear()
             await cycle()
 
