@@ -318,7 +318,8 @@ class Chaos:
         s = self.prepared("freeze")
         work = generate(messages=sc.others // 2, keys=sc.keys, malformed=8, seed=self.seed + 1)
         out.messages = len(work.records)
-        asyncio.run(publish(s.broker, s.input_topic, work.records))
+        # input flows before, during and after the freeze
+        publisher = self.publish_in_background(s, s.input_topic, work.records, sc.freeze + 20.0)
         w = self.worker(s, "worker")
         try:
             self.until_output(s, s.ordered_topic, {}, worker=w)
@@ -332,6 +333,7 @@ class Chaos:
             out.faults = 1
             since = self.ends(s, s.ordered_topic)
             out.recovered(self.until_output(s, s.ordered_topic, since, worker=w, timeout=120))
+            publisher.join()
             report = self.verified(s, self.drain_timeout(work.messages), work.messages)
             if w.proc is not None and w.proc.poll() is not None:
                 out.other_failures += 1
