@@ -191,7 +191,7 @@ class Bench:
         self.say = say
         self.records, self.distinct = workload(sizes.messages, sizes.keys)
 
-    def topics(self, tag: str, names: list[str]) -> None:
+    def topics(self, names: list[str]) -> None:
         asyncio.run(create_topics(self.bootstrap, names, self.sizes.partitions))
 
     def timeout(self, n: int) -> float:
@@ -202,7 +202,7 @@ class Bench:
     def limit(self) -> Figure:
         tag = _tag("limit")
         src, dst = f"{tag}.in", f"{tag}.out"
-        self.topics(tag, [src, dst])
+        self.topics([src, dst])
         asyncio.run(publish(self.bootstrap, src, self.records))
         cmd = [sys.executable, "-m", "bench.limit", self.bootstrap, src, dst, tag]
         with process(cmd, {}, self.workdir / f"{tag}.log") as p:
@@ -218,7 +218,7 @@ class Bench:
     def peer(self) -> Figure:
         tag = _tag("peer")
         src, dst = f"{tag}.in", f"{tag}.out"
-        self.topics(tag, [src, dst])
+        self.topics([src, dst])
         asyncio.run(publish(self.bootstrap, src, self.records))
         env = {
             "BENCH_BROKER": self.bootstrap,
@@ -260,7 +260,7 @@ class Bench:
     ) -> Figure:
         tag = _tag("seqkeeper")
         s = self.settings(tag, **over)
-        self.topics(tag, s.topics())
+        self.topics(s.topics())
         records = self.records if records is None else records
         distinct = self.distinct if distinct is None else distinct
         asyncio.run(publish(self.bootstrap, s.input_topic, records))
@@ -284,7 +284,7 @@ class Bench:
         at ``rate`` messages per second."""
         tag = _tag("latency")
         s = self.settings(tag)
-        self.topics(tag, s.topics())
+        self.topics(s.topics())
         w = WorkerProcess(s, self.workdir / f"{tag}.log", "warning").start()
         try:
             lat = asyncio.run(self._latency(s, rate, self.sizes.latency_seconds))
@@ -392,7 +392,7 @@ class Bench:
             max_buffered_total=max(1_000_000, depth * 4),
             gap_timeout=3600.0,
         )
-        self.topics(tag, s.topics())
+        self.topics(s.topics())
         asyncio.run(publish(self.bootstrap, s.input_topic, stuck))
         w = WorkerProcess(s, self.workdir / f"{tag}.log", "warning").start()
         try:
@@ -424,7 +424,7 @@ class Bench:
         n = self.sizes.state_keys
         tag = _tag("restart")
         s = self.settings(tag)
-        self.topics(tag, s.topics())
+        self.topics(s.topics())
         records = [
             (f"s{k:07d}".encode(), orjson.dumps({"messageId": f"s{k}", "seq": 1, "type": "t"}))
             for k in range(n)
@@ -470,7 +470,7 @@ class Bench:
         n = self.sizes.spark_records
         tag = _tag("spark")
         topic = f"{tag}-state-changelog"
-        self.topics(tag, [topic])
+        self.topics([topic])
         records = [(b"k%d" % (i % max(1, n // 4)), b"v" * 100) for i in range(n)]
         asyncio.run(publish(self.bootstrap, topic, records))
         t0 = time.monotonic()

@@ -103,6 +103,11 @@ class Outcome:
     notes: list[str] = field(default_factory=list)
     skipped: str | None = None
 
+    def fail(self, note: str) -> None:
+        """Count a failure that is not a loss or an order violation."""
+        self.other_failures += 1
+        self.notes.append(note)
+
     def recovered(self, seconds: float | None) -> None:
         """Record a recovery time (``None``: not measured, e.g. nothing left to output)."""
         if seconds is not None:
@@ -336,8 +341,7 @@ class Chaos:
             publisher.join()
             report = self.verified(s, self.drain_timeout(work.messages), work.messages)
             if w.proc is not None and w.proc.poll() is not None:
-                out.other_failures += 1
-                out.notes.append("the worker exited during the freeze")
+                out.fail("the worker exited during the freeze")
         finally:
             w.stop()
         return self.ordered_result(out, report)
@@ -400,8 +404,7 @@ class Chaos:
         ):
             dbs = sorted(s.data_dir.rglob("*.db"))
             if not dbs:
-                out.other_failures += 1
-                out.notes.append(f"no local RocksDB to {fault[:-1]}")
+                out.fail(f"no local RocksDB to {fault[:-1]}")
             for db in dbs:
                 if fault == "deleted":
                     shutil.rmtree(db)
@@ -423,12 +426,10 @@ class Chaos:
             finally:
                 w.stop()
             if fault == "corrupted" and "is corrupt" not in w.log():
-                out.other_failures += 1
-                out.notes.append("corruption was not reported by the worker")
+                out.fail("corruption was not reported by the worker")
             if sum(report.reemitted.values()):
                 # a clean stop replays nothing: a repeat means lost dedup state
-                out.other_failures += 1
-                out.notes.append(f"re-emissions after a clean stop: {report.reemitted}")
+                out.fail(f"re-emissions after a clean stop: {report.reemitted}")
         return self.ordered_result(out, report)
 
     def scenario_corpus(self) -> Outcome:
@@ -446,8 +447,7 @@ class Chaos:
             dlq = asyncio.run(read_topic(s.broker, s.dlq_topic))
             ordered = asyncio.run(read_topic(s.broker, s.ordered_topic))
             for case, problem in _check_ordered_cases(cases, dlq, ordered):
-                out.other_failures += 1
-                out.notes.append(f"{case.name}: {problem}")
+                out.fail(f"{case.name}: {problem}")
             w.check_alive()
         finally:
             w.stop()
@@ -475,8 +475,7 @@ class Chaos:
             answers = asyncio.run(read_topic(cmd.broker, replies))
             out.dead_lettered += len(dlq)
             for case, problem in _check_command_cases(ccases, dlq, answers):
-                out.other_failures += 1
-                out.notes.append(f"{case.name}: {problem}")
+                out.fail(f"{case.name}: {problem}")
             cw.check_alive()
         finally:
             cw.stop()
@@ -590,10 +589,16 @@ async def _send(
         await producer.stop()
 
 
-def _check_ordered_cases(cases: list[Case], dlq: list, ordered: list) -> Iterator[tuple[Case, str]]:
+def _dlq_reasons(dlq: list) -> dict[tuple[bytes | None, bytes | None], set[str]]:
+    """The reason headers of the dead letters, per (key, value)."""
     reasons: dict[tuple[bytes | None, bytes | None], set[str]] = {}
     for r in dlq:
         reasons.setdefault((r.key, r.value), set()).add((r.header(REASON) or b"").decode())
+    return reasons
+
+
+def _check_ordered_cases(cases: list[Case], dlq: list, ordered: list) -> Iterator[tuple[Case, str]]:
+    reasons = _dlq_reasons(dlq)
     emitted: dict[tuple[bytes | None, bytes | None], int] = {}
     for r in ordered:
         emitted[(r.key, r.value)] = emitted.get((r.key, r.value), 0) + 1
@@ -615,9 +620,7 @@ def _check_ordered_cases(cases: list[Case], dlq: list, ordered: list) -> Iterato
 def _check_command_cases(cases: list[Case], dlq: list, replies: list) -> Iterator[tuple[Case, str]]:
     import orjson
 
-    reasons: dict[tuple[bytes | None, bytes | None], set[str]] = {}
-    for r in dlq:
-        reasons.setdefault((r.key, r.value), set()).add((r.header(REASON) or b"").decode())
+    reasons = _dlq_reasons(dlq)
     answers = {}
     for r in replies:
         doc = orjson.loads(r.value or b"{}")
