@@ -44,7 +44,7 @@ from seqkeeper.broker import EmbeddedBroker
 from seqkeeper.corpus import DROPPED, EMITTED, Case, command_cases, ordered_cases
 from seqkeeper.demo import publish, verify_topics
 from seqkeeper.settings import Settings
-from seqkeeper.topics import create_topics, end_offsets_of, read_topic
+from seqkeeper.topics import TopicCache, create_topics, end_offsets_of, read_topic
 from seqkeeper.verify import Checked, Report
 from seqkeeper.worker import WorkerProcess
 from seqkeeper.workload import generate
@@ -250,8 +250,9 @@ class Chaos:
             if sum(self.ends(settings, settings.deduped_topic).values()) >= expect_accepted:
                 break
             time.sleep(1.0)
+        cache = TopicCache(settings.broker)
         while True:
-            report = asyncio.run(verify_topics(settings, drained=True))
+            report = asyncio.run(verify_topics(settings, drained=True, cache=cache))
             if report.ok or time.monotonic() > deadline:
                 return report
             time.sleep(2.0)

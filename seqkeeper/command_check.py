@@ -19,7 +19,7 @@ from processors.command import Command, DomainError, parse_command
 from processors.envelope import InvalidMessage
 from processors.inventory import registry
 from seqkeeper.settings import Settings
-from seqkeeper.topics import Record, read_topic
+from seqkeeper.topics import Record, TopicCache
 from seqkeeper.verify import Check, Checked
 
 
@@ -86,14 +86,17 @@ class CommandReport(Checked):
     checks: list[Check] = field(default_factory=list)
 
 
-async def verify_command_topics(settings: Settings, replies: str) -> CommandReport:
-    """Read the command worker's topics to their exact ends and verify them."""
-    b = settings.broker
+async def verify_command_topics(
+    settings: Settings, replies: str, cache: TopicCache | None = None
+) -> CommandReport:
+    """Read the command worker's topics to their exact ends and verify them
+    (polling with one ``cache`` reads each record once)."""
+    topics = cache or TopicCache(settings.broker)
     return verify_commands(
-        await read_topic(b, settings.command_topic),
-        await read_topic(b, replies),
-        await read_topic(b, settings.events_topic),
-        await read_topic(b, settings.command_dlq_topic),
+        await topics.read(settings.command_topic),
+        await topics.read(replies),
+        await topics.read(settings.events_topic),
+        await topics.read(settings.command_dlq_topic),
     )
 
 
@@ -106,8 +109,9 @@ def wait_until_commands_verified(
     import time
 
     deadline = time.monotonic() + timeout
+    cache = TopicCache(settings.broker)
     while True:
-        report = asyncio.run(verify_command_topics(settings, replies))
+        report = asyncio.run(verify_command_topics(settings, replies, cache))
         if report.ok or time.monotonic() > deadline:
             return report
         if worker is not None:

@@ -17,7 +17,13 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from seqkeeper.settings import Settings
-from seqkeeper.topics import Record, UnknownTopic, create_topics, end_offsets_of, read_topic
+from seqkeeper.topics import (
+    Record,
+    TopicCache,
+    UnknownTopic,
+    create_topics,
+    end_offsets_of,
+)
 from seqkeeper.verify import Report, verify
 from seqkeeper.worker import WorkerProcess, broker_for
 from seqkeeper.workload import Workload, generate
@@ -206,22 +212,25 @@ def run_demo(settings: Settings, options: DemoOptions) -> int:
         return 0 if report.ok else 1
 
 
-async def verify_topics(settings: Settings, drained: bool = False) -> Report:
+async def verify_topics(
+    settings: Settings, drained: bool = False, cache: TopicCache | None = None
+) -> Report:
     """Read the input and output topics to their exact ends and verify them
-    (the late topic may be missing: the default policy never creates it)."""
+    (the late topic may be missing: the default policy never creates it).
+    Polling with one ``cache`` reads each record once."""
+    topics = cache or TopicCache(settings.broker)
 
     async def _optional(topic: str) -> list[Record]:
         try:
-            return await read_topic(settings.broker, topic)
+            return await topics.read(topic)
         except UnknownTopic:
             return []
 
     return verify(
-        await read_topic(settings.broker, settings.input_topic),
-        await read_topic(settings.broker, settings.ordered_topic),
-        await read_topic(settings.broker, settings.deduped_topic),
-        await read_topic(settings.broker, settings.dlq_topic)
-        + await _optional(settings.late_topic),
+        await topics.read(settings.input_topic),
+        await topics.read(settings.ordered_topic),
+        await topics.read(settings.deduped_topic),
+        await topics.read(settings.dlq_topic) + await _optional(settings.late_topic),
         drained=drained,
     )
 
@@ -231,8 +240,9 @@ async def wait_until_verified(
 ) -> Report:
     """Poll :func:`verify_topics` until it passes or ``timeout`` runs out."""
     deadline = time.monotonic() + timeout
+    cache = TopicCache(settings.broker)
     while True:
-        report = await verify_topics(settings, drained)
+        report = await verify_topics(settings, drained, cache)
         if report.ok or time.monotonic() > deadline:
             return report
         if worker is not None:

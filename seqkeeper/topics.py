@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
@@ -77,8 +77,11 @@ async def end_offsets_of(bootstrap: str, topics: Iterable[str]) -> dict[TopicPar
         await consumer.stop()
 
 
-async def read_topic(bootstrap: str, topic: str) -> list[Record]:
-    """Every record of ``topic`` up to its exact end, partition by partition."""
+async def read_topic(
+    bootstrap: str, topic: str, after: Mapping[int, int] | None = None
+) -> list[Record]:
+    """Every record of ``topic`` up to its exact end, partition by partition;
+    with ``after`` (partition -> offset), only the records from there on."""
     consumer = AIOKafkaConsumer(
         bootstrap_servers=bootstrap,
         enable_auto_commit=False,
@@ -92,10 +95,11 @@ async def read_topic(bootstrap: str, topic: str) -> list[Record]:
         todo = await high_watermarks(consumer, tps)  # assigns ``tps``
         begin = await consumer.beginning_offsets(tps)
         for tp in tps:
-            if begin[tp] >= todo[tp]:
+            start = max(begin[tp], (after or {}).get(tp.partition, 0))
+            if start >= todo[tp]:
                 del todo[tp]
             else:
-                consumer.seek(tp, begin[tp])
+                consumer.seek(tp, start)
         while todo:
             batch = await consumer.getmany(*todo, timeout_ms=1000)
             for tp, msgs in batch.items():
@@ -122,3 +126,24 @@ async def read_topic(bootstrap: str, topic: str) -> list[Record]:
         return records
     finally:
         await consumer.stop()
+
+
+class TopicCache:
+    """Whole-topic reads that fetch only what was appended since the last
+    read: polling a verification over large topics costs the new records,
+    not the whole topic again (the embedded broker serves reads slowly)."""
+
+    def __init__(self, bootstrap: str) -> None:
+        self.bootstrap = bootstrap
+        self._records: dict[str, list[Record]] = {}
+        self._next: dict[str, dict[int, int]] = {}
+
+    async def read(self, topic: str) -> list[Record]:
+        """Every record of ``topic`` up to its current end."""
+        records = self._records.setdefault(topic, [])
+        nxt = self._next.setdefault(topic, {})
+        new = await read_topic(self.bootstrap, topic, nxt)
+        for r in new:
+            nxt[r.partition] = r.offset + 1
+        records += new
+        return records
