@@ -19,7 +19,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+from aiokafka import TopicPartition
 
 from seqkeeper.broker import die_with_parent, free_port
 from seqkeeper.demo import publish
@@ -124,14 +125,18 @@ def measure_output(
     expected: int,
     alive: Callable[[], bool],
     timeout: float,
+    start_on: Sequence[str] = (),
 ) -> tuple[float, int]:
-    """(records per second, records) from the first output record until
-    ``expected`` records are on ``topic``."""
+    """(records per second, records) from the first sign of work until
+    ``expected`` records are on ``topic``. The clock starts at the first
+    record on ``topic`` or on any of ``start_on`` (a worker's changelogs: a
+    worker that writes state before output would otherwise be timed from
+    its first output, after work it already did)."""
 
     async def run() -> tuple[float, int]:
         from aiokafka import AIOKafkaConsumer
 
-        from seqkeeper.topics import topic_partitions
+        from seqkeeper.topics import UnknownTopic, topic_partitions
         from state.offsets import high_watermarks
 
         consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
@@ -141,10 +146,19 @@ def measure_output(
             deadline = started + timeout
             first_at, first_n = None, 0
             tps = await topic_partitions(consumer, topic)
+            others: list[TopicPartition] = []
+            waiting = list(start_on)  # may not exist before the worker runs
             while time.monotonic() < deadline:
-                n = sum((await high_watermarks(consumer, tps)).values())
+                for name in list(waiting):
+                    try:
+                        others += await topic_partitions(consumer, name)
+                        waiting.remove(name)
+                    except UnknownTopic:
+                        pass
+                ends = await high_watermarks(consumer, tps + others)
+                n = sum(ends[tp] for tp in tps)
                 now = time.monotonic()
-                if first_at is None and n > 0:
+                if first_at is None and sum(ends.values()) > 0:
                     first_at, first_n = now, n
                 if n >= expected and first_at is not None:
                     if n > first_n:
@@ -237,6 +251,7 @@ class Bench:
                 self.distinct,
                 lambda: p.poll() is None,
                 self.timeout(self.distinct),
+                start_on=[f"{tag}-seen-changelog", f"{tag}-next-changelog"],
             )
         return Figure("peer: Faust agent, 2 tables, send per event", rate, "msg/s")
 
@@ -272,6 +287,7 @@ class Bench:
                 distinct,
                 lambda: w.proc is not None and w.proc.poll() is None,
                 self.timeout(distinct),
+                start_on=[f"{s.group_id}-state-changelog", s.deduped_topic],
             )
         finally:
             w.stop()

@@ -41,7 +41,7 @@ from processors.dead_letter import dead_letter_headers
 from processors.envelope import InvalidMessage
 from seqkeeper.settings import Settings
 from state.commands import CommandStore
-from state.faust_glue import raw_table
+from state.faust_glue import ack_batch, batch_source, current, raw_table
 from state.rocksdb import FaustRocksStore
 from topologies.shell import (
     Batch,
@@ -298,19 +298,15 @@ def build_app(settings: Settings, registry: Registry | None = None) -> faust.App
         owned = owned_partitions(app, settings.command_topic)
         topology.on_assigned({tp.partition for tp in owned})
 
-    @app.agent(source)
+    @app.agent(batch_source(app, source))
     async def handle(stream: Any) -> None:
-        async for event in stream.events():
-            msg = event.message
-            topology.on_record(
-                msg.partition,
-                msg.offset,
-                msg.key,
-                msg.value,
-                msg.headers,
-                msg.timestamp,
-                time.time(),
-            )
+        async for messages in stream:  # one list per fetch (state.faust_glue)
+            if not current(app, messages):
+                continue
+            on_record, wall = topology.on_record, time.time()
+            for m in messages:
+                on_record(m.partition, m.offset, m.key, m.value, m.headers, m.timestamp, wall)
+            ack_batch(app, messages)
 
     @app.timer(settings.timer_interval)
     async def retries_and_cleanup() -> None:

@@ -48,7 +48,7 @@ from processors.dead_letter import dead_letter_headers
 from processors.envelope import InvalidMessage, Reason, parse
 from processors.resequencer import GapSkipped, KeyState, Step
 from seqkeeper.settings import Settings
-from state.faust_glue import raw_table
+from state.faust_glue import ack_batch, batch_source, current, raw_table
 from state.rocksdb import FaustRocksStore
 from state.stores import Stores
 from state.timers import GapTimers
@@ -355,13 +355,15 @@ def build_app(settings: Settings) -> faust.App:
     async def rebuild_index() -> None:
         topology.on_assigned({tp.partition for tp in owned()})
 
-    @app.agent(source)
+    @app.agent(batch_source(app, source))
     async def resequence(stream: Any) -> None:
-        async for event in stream.events():
-            msg = event.message
-            topology.on_record(
-                msg.partition, msg.offset, msg.key, msg.value, msg.timestamp, time.time()
-            )
+        async for messages in stream:  # one list per fetch (state.faust_glue)
+            if not current(app, messages):
+                continue
+            on_record, wall = topology.on_record, time.time()
+            for m in messages:
+                on_record(m.partition, m.offset, m.key, m.value, m.timestamp, wall)
+            ack_batch(app, messages)
 
     @app.timer(settings.timer_interval)
     async def gap_timeouts() -> None:
