@@ -196,7 +196,8 @@ class _Run:
         self.next = message.seq + 1
 
     def drain(self) -> None:
-        while (held := self.buffer.get(self.next)) is not None:
+        # Nothing waits when the count is 0: no lookup (the common in-order case).
+        while self.buffered > 0 and (held := self.buffer.get(self.next)) is not None:
             self.buffered -= 1
             self.release(held)
 

@@ -44,12 +44,18 @@ class BatchProducer:
             self._partitions[topic] = known
         return known
 
-    async def partition_for(self, topic: str, key: bytes | None) -> int:
-        """The partition aiokafka's default partitioner picks for ``key``."""
+    async def partitioner(self, topic: str) -> Callable[[bytes | None], int]:
+        """A plain function choosing ``topic``'s partition for a key as
+        aiokafka's default partitioner does (no await per record)."""
         parts = await self.partitions(topic)
-        if key is None:
-            return int(random.choice(parts))
-        return int(parts[(murmur2(key) & 0x7FFFFFFF) % len(parts)])
+        n = len(parts)
+
+        def pick(key: bytes | None) -> int:
+            if key is None:
+                return int(random.choice(parts))
+            return int(parts[(murmur2(key) & 0x7FFFFFFF) % n])
+
+        return pick
 
     async def send(
         self, records: dict[tuple[str, int], list[Record]]

@@ -34,6 +34,7 @@ byte-identical (same messageId) and counted (``seqkeeper_reemitted``).
 
 from __future__ import annotations
 
+import collections
 import itertools
 import logging
 import time
@@ -259,8 +260,8 @@ class OrderedTopology(OutboxOwner):
 
     # -- outbox ------------------------------------------------------------
     def taken(self, batch: Batch) -> None:
-        for record in batch.records:
-            self.metrics.messages_out.labels(record.topic).inc()
+        for topic, n in collections.Counter(r.topic for r in batch.records).items():
+            self.metrics.messages_out.labels(topic).inc(n)
 
     def confirm(self, batch: Batch) -> None:
         """``batch`` was produced and acknowledged: record how far each key's

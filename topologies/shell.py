@@ -150,10 +150,16 @@ def install_outbox(
             if not batch:
                 return
             grouped: dict[tuple[str, int], list[Record]] = {}
+            routes: dict[str, tuple[str, Callable[[bytes | None], int]]] = {}
             for r in batch.records:
-                topic = resolve(r.topic).get_topic_name()
-                partition = await producer.partition_for(topic, r.key)
-                grouped.setdefault((topic, partition), []).append((r.key, r.value, r.headers or ()))
+                route = routes.get(r.topic)
+                if route is None:
+                    name = resolve(r.topic).get_topic_name()
+                    route = routes[r.topic] = (name, await producer.partitioner(name))
+                topic, pick = route
+                grouped.setdefault((topic, pick(r.key)), []).append(
+                    (r.key, r.value, r.headers or ())
+                )
             await producer.send(grouped)
             topology.confirm(batch)
 

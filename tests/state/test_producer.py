@@ -1,0 +1,34 @@
+"""BatchProducer picks the partition aiokafka's default partitioner picks
+(so records keep their key -> partition mapping when sent as batches)."""
+
+from __future__ import annotations
+
+import asyncio
+from types import SimpleNamespace
+
+from aiokafka.partitioner import DefaultPartitioner
+from hypothesis import given
+from hypothesis import strategies as st
+
+from state.producer import BatchProducer
+
+
+def _producer(partitions: int) -> SimpleNamespace:
+    async def wait_on_metadata(topic: str) -> None:
+        return None
+
+    cluster = SimpleNamespace(partitions_for_topic=lambda topic: set(range(partitions)))
+    return SimpleNamespace(
+        client=SimpleNamespace(_wait_on_metadata=wait_on_metadata, cluster=cluster)
+    )
+
+
+@given(st.lists(st.binary(min_size=0, max_size=40), min_size=1, max_size=50), st.integers(1, 64))
+def test_partitioner_matches_aiokafka_default(keys: list[bytes], partitions: int) -> None:
+    fake = _producer(partitions)
+    pick = asyncio.run(BatchProducer(lambda: fake).partitioner("t"))
+    everything = list(range(partitions))
+    default = DefaultPartitioner()
+    for key in keys:
+        assert pick(key) == default(key, everything, everything)
+    assert pick(None) in everything
