@@ -140,6 +140,35 @@ class Settings:
     outbox_linger: float = field(
         default_factory=lambda: float(_env("SEQKEEPER_OUTBOX_LINGER", "0.005"))
     )
+    #: Input records handed to the topology per fetch at most (one list),
+    #: and outputs queued before the topology waits for an outbox cycle:
+    #: bounds a worker's memory when it starts behind a large backlog.
+    #: Env ``SEQKEEPER_MAX_POLL_RECORDS``, ``SEQKEEPER_OUTBOX_MAX``.
+    max_poll_records: int = field(
+        default_factory=lambda: int(_env("SEQKEEPER_MAX_POLL_RECORDS", "2000"))
+    )
+    outbox_max: int = field(default_factory=lambda: int(_env("SEQKEEPER_OUTBOX_MAX", "20000")))
+    #: RocksDB memory per table partition, in MiB: the write buffer (two of
+    #: them at most) and the block cache. Faust's defaults (64 MiB x 3 and
+    #: a 2 GiB cache per partition) let a worker grow far beyond its state.
+    #: Env ``SEQKEEPER_ROCKSDB_WRITE_BUFFER_MB``, ``SEQKEEPER_ROCKSDB_CACHE_MB``.
+    rocksdb_write_buffer_mb: int = field(
+        default_factory=lambda: int(_env("SEQKEEPER_ROCKSDB_WRITE_BUFFER_MB", "8"))
+    )
+    rocksdb_cache_mb: int = field(
+        default_factory=lambda: int(_env("SEQKEEPER_ROCKSDB_CACHE_MB", "16"))
+    )
+
+    def rocksdb_options(self) -> dict[str, int]:
+        """Options of every table's RocksDB (Faust's ``Table(options=...)``)."""
+        mib = 1024 * 1024
+        return {
+            "write_buffer_size": self.rocksdb_write_buffer_mb * mib,
+            "max_write_buffer_number": 2,
+            "target_file_size_base": self.rocksdb_write_buffer_mb * mib,
+            "block_cache_size": self.rocksdb_cache_mb * mib,
+            "block_cache_compressed_size": 0,
+        }
 
     def resequencer_policy(self) -> Policy:
         if self.first_seq not in ("one", "first-seen"):

@@ -52,6 +52,7 @@ from topologies.shell import (
     make_app,
     owned_partitions,
     raw_topic,
+    relieve,
 )
 
 log = logging.getLogger("seqkeeper.commands")
@@ -285,7 +286,7 @@ def build_app(settings: Settings, registry: Registry | None = None) -> faust.App
             topics[name] = raw_topic(app, name, settings.partitions)
         return topics[name]
 
-    table = raw_table(app, "commands", settings.partitions)
+    table = raw_table(app, "commands", settings.partitions, options=settings.rocksdb_options())
     store = FaustRocksStore(table, app.batch_producer)  # type: ignore[attr-defined]
     topology = CommandTopology(settings, CommandStore(store), registry)
     app.seqkeeper = topology  # type: ignore[attr-defined]
@@ -307,6 +308,7 @@ def build_app(settings: Settings, registry: Registry | None = None) -> faust.App
             for m in messages:
                 on_record(m.partition, m.offset, m.key, m.value, m.headers, m.timestamp, wall)
             ack_batch(app, messages)
+            await relieve(app, topology, settings.outbox_max)
 
     @app.timer(settings.timer_interval)
     async def retries_and_cleanup() -> None:

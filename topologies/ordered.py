@@ -63,6 +63,7 @@ from topologies.shell import (
     make_app,
     owned_partitions,
     raw_topic,
+    relieve,
 )
 
 log = logging.getLogger("seqkeeper.ordered")
@@ -332,7 +333,7 @@ def build_app(settings: Settings) -> faust.App:
             ("late", settings.late_topic),
         )
     }
-    table = raw_table(app, "state", settings.partitions)
+    table = raw_table(app, "state", settings.partitions, options=settings.rocksdb_options())
     store = FaustRocksStore(table, app.batch_producer)  # type: ignore[attr-defined]
     topology = OrderedTopology(settings, Stores(store))
     app.seqkeeper = topology  # type: ignore[attr-defined]
@@ -365,6 +366,7 @@ def build_app(settings: Settings) -> faust.App:
             for m in messages:
                 on_record(m.partition, m.offset, m.key, m.value, m.timestamp, wall)
             ack_batch(app, messages)
+            await relieve(app, topology, settings.outbox_max)
 
     @app.timer(settings.timer_interval)
     async def gap_timeouts() -> None:

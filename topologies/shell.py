@@ -111,6 +111,7 @@ def make_app(settings: Settings) -> faust.App:
         table_standby_replicas=0,
         broker_session_timeout=settings.session_timeout,
         broker_heartbeat_interval=min(3.0, settings.session_timeout / 3),
+        broker_max_poll_records=settings.max_poll_records,
     )
 
 
@@ -164,6 +165,7 @@ def install_outbox(
             topology.confirm(batch)
 
     app.before_commit.append(cycle)
+    app.outbox_cycle = cycle
 
     @app.task  # type: ignore[untyped-decorator]
     async def outbox() -> None:
@@ -175,6 +177,15 @@ def install_outbox(
             await cycle()
 
     return lambda: {"outbox wake": wake.is_set(), "outbox cycle running": lock.locked()}
+
+
+async def relieve(app: Any, topology: OutboxOwner, limit: int) -> None:
+    """Back-pressure for an agent: once the outbox holds ``limit`` records,
+    run an outbox cycle before taking more input (the agent would otherwise
+    run ahead of the broker, queueing outputs and changelog writes without
+    bound)."""
+    if len(topology.outbox.records) >= limit:
+        await app.outbox_cycle()
 
 
 def install_diagnostics(app: Any, *probes: Callable[[], dict[str, Any]]) -> None:

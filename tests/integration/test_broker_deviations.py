@@ -5,10 +5,11 @@ that our way around the first one is exact on any broker."""
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 
 import pytest
-from aiokafka import AIOKafkaProducer
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from seqkeeper.broker import EmbeddedBroker
@@ -34,8 +35,6 @@ async def _produce_batched(bootstrap: str, topic: str) -> None:
 
 
 async def _list_offsets_latest(bootstrap: str, topic: str) -> dict:
-    from aiokafka import AIOKafkaConsumer
-
     c = AIOKafkaConsumer(bootstrap_servers=bootstrap)
     await c.start()
     try:
@@ -125,3 +124,40 @@ def test_embedded_broker_is_memory_only() -> None:
         assert "kept" in asyncio.run(topics())
     with b:
         assert "kept" not in asyncio.run(topics())
+
+
+def test_leave_group_does_not_end_the_membership(broker) -> None:
+    """Deviation 4 (pinned): a consumer that stops cleanly (LeaveGroup) stays
+    a member until its session expires, so the next member to join waits for
+    that (a restarted worker's first output comes a session timeout later;
+    Apache Kafka rebalances at once). Joins also take half the session."""
+    topic, group, session = f"leave-{uuid.uuid4().hex[:6]}", f"g-{uuid.uuid4().hex[:6]}", 6.0
+
+    async def join() -> tuple[AIOKafkaConsumer, float]:
+        c = AIOKafkaConsumer(
+            topic,
+            bootstrap_servers=broker.bootstrap,
+            group_id=group,
+            session_timeout_ms=int(session * 1000),
+            heartbeat_interval_ms=1000,
+        )
+        t0 = time.monotonic()
+        await c.start()
+        while not c.assignment():
+            await asyncio.sleep(0.01)
+        return c, time.monotonic() - t0
+
+    async def go() -> float:
+        await create_topics(broker.bootstrap, [topic], 1)
+        first, _ = await join()
+        await first.stop()  # sends LeaveGroup
+        second, took = await join()
+        await second.stop()
+        return took
+
+    took = asyncio.run(go())
+    if broker.is_tansu:
+        # If this fails, the broker was fixed: restarts got a session faster.
+        assert took > session, took
+    else:
+        assert took < session, took
