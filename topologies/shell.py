@@ -112,6 +112,7 @@ def make_app(settings: Settings) -> faust.App:
         broker_session_timeout=settings.session_timeout,
         broker_heartbeat_interval=min(3.0, settings.session_timeout / 3),
         broker_max_poll_records=settings.max_poll_records,
+        broker_commit_interval=settings.commit_interval,
     )
 
 
