@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import os
 import shutil
@@ -82,11 +83,7 @@ def run_worker(settings: Settings) -> None:
                 flush=True,
             )
             shutil.rmtree(app.conf.tabledir, ignore_errors=True)
-        for db, problem in discard_corrupt(Path(app.conf.tabledir)):
-            print(
-                f"local state {db} is corrupt ({problem}): discarded, rebuilt from the changelog",
-                flush=True,
-            )
+        app.local_state_check = check_local_state(Path(app.conf.tabledir))
         running.write_text(f"{os.getpid()}\n")
         print(
             f"seqkeeper worker: broker {settings.broker}, data {settings.data_dir}, "
@@ -100,6 +97,24 @@ def run_worker(settings: Settings) -> None:
             if exc.code not in (0, None):
                 raise
         running.unlink()  # a clean stop: the local state matches the changelog
+
+
+def check_local_state(tabledir: Path) -> concurrent.futures.Future[None]:
+    """Check every local RocksDB in a thread (it reads every block: O(state)),
+    overlapping the worker's start-up and group join; corrupt ones are
+    discarded and rebuilt from the changelog (the tables wait for it)."""
+
+    def check() -> None:
+        for db, problem in discard_corrupt(tabledir):
+            print(
+                f"local state {db} is corrupt ({problem}): discarded, rebuilt from the changelog",
+                flush=True,
+            )
+
+    pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="integrity")
+    done = pool.submit(check)
+    pool.shutdown(wait=False)  # the thread ends with the check
+    return done
 
 
 class WorkerDied(RuntimeError):
