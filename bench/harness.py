@@ -592,11 +592,23 @@ def machine() -> dict[str, Any]:
 
 
 def run(bench: Bench, only: set[str] | None = None) -> dict[str, Any]:
-    """Every figure, with the ratios issue 7 asks for."""
+    """Every figure, with the ratios issue 7 asks for. A section that fails
+    is reported as failed (with the error) and the others still run."""
     want = lambda name: only is None or name in only  # noqa: E731
     figures: list[Figure] = []
     ratios: list[Figure] = []
-    if want("throughput"):
+    failed: list[Figure] = []
+
+    def section(name: str, measure: Callable[[], None]) -> None:
+        if not want(name):
+            return
+        try:
+            measure()
+        except Exception as exc:  # noqa: BLE001 - reported, the next section runs
+            bench.say(f"  {name} failed: {exc}")
+            failed.append(Figure(f"{name}: failed", 0.0, "", "runs", False, {"error": str(exc)}))
+
+    def throughput() -> None:
         bench.say("throughput: limit")
         limit = bench.limit()
         bench.say(f"  {limit.value:,.0f} msg/s; peer")
@@ -604,34 +616,39 @@ def run(bench: Bench, only: set[str] | None = None) -> dict[str, Any]:
         bench.say(f"  {peer.value:,.0f} msg/s; seqkeeper")
         ours = bench.seqkeeper()
         bench.say(f"  {ours.value:,.0f} msg/s")
-        figures += [limit, peer, ours]
+        figures.extend([limit, peer, ours])
         r_limit = ours.value / limit.value
         r_peer = ours.value / peer.value
-        ratios += [
-            Figure("seqkeeper / limit", r_limit, "×", "≥ 0.5", r_limit >= 0.5),
-            Figure("seqkeeper / peer", r_peer, "×", "≥ 10", r_peer >= 10),
-        ]
+        ratios.extend(
+            [
+                Figure("seqkeeper / limit", r_limit, "×", "≥ 0.5", r_limit >= 0.5),
+                Figure("seqkeeper / peer", r_peer, "×", "≥ 10", r_peer >= 10),
+            ]
+        )
         if want("latency"):
             bench.say("latency at half of seqkeeper's throughput")
             lat = bench.latency(max(10.0, ours.value / 2))
             lat.target, lat.met = "p99 < 100 ms", lat.value < 100
             figures.append(lat)
-    if want("depth"):
+
+    def depth() -> None:
         bench.say("buffer depth")
         shallow = bench.depth(10)
         deep = bench.depth(bench.sizes.deep_buffer)
-        figures += [shallow, deep]
+        figures.extend([shallow, deep])
         r = deep.value / shallow.value
         ratios.append(
             Figure(f"{bench.sizes.deep_buffer:,} buffered / 10 buffered", r, "×", "≥ 0.7", r >= 0.7)
         )
-    if want("restart"):
+
+    def restart() -> None:
         bench.say("restart and memory with a large state")
-        figures += list(bench.restart())
-    if want("spark"):
+        figures.extend(bench.restart())
+
+    def spark() -> None:
         bench.say("Spark")
         direct, source, compaction = bench.spark()
-        figures += [direct, source, compaction]
+        figures.extend([direct, source, compaction])
         ratios.append(
             Figure(
                 "Spark source / aiokafka",
@@ -641,6 +658,12 @@ def run(bench: Bench, only: set[str] | None = None) -> dict[str, Any]:
                 source.value >= 0.5 * direct.value,
             )
         )
+
+    section("throughput", throughput)
+    section("depth", depth)
+    section("restart", restart)
+    section("spark", spark)
+    figures.extend(failed)
     return {
         "when": datetime.now(UTC).isoformat(timespec="seconds"),
         "machine": machine(),

@@ -352,6 +352,10 @@ def bench(
     state_keys: Annotated[
         Optional[int], typer.Option(help="Keys of state for the restart and memory figures.")
     ] = None,
+    workdir: Annotated[
+        Optional[Path],
+        typer.Option(help="Keep worker data and logs here (default: a temporary directory)."),
+    ] = None,
 ) -> None:
     """Benchmark seqkeeper against plain aiokafka (the limit) and a typical
     Faust agent (the peer) on one broker with the same input; restart time,
@@ -372,11 +376,13 @@ def bench(
     if state_keys:
         sizes = dataclasses.replace(sizes, state_keys=state_keys)
     settings = Settings().with_overrides(broker=broker)
+    if workdir:
+        workdir.mkdir(parents=True, exist_ok=True)
     with (
         broker_for(settings) as settings,
         tempfile.TemporaryDirectory(prefix="seqkeeper-bench-") as tmp,
     ):
-        runner = Bench(settings.broker, sizes, Path(tmp), lambda s: console.log(s))
+        runner = Bench(settings.broker, sizes, workdir or Path(tmp), lambda s: console.log(s))
         result = run(runner, set(only) if only else None)
     paths = write(result, out)
     m = result["machine"]
