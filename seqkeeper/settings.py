@@ -148,6 +148,12 @@ class Settings:
         default_factory=lambda: int(_env("SEQKEEPER_MAX_POLL_RECORDS", "2000"))
     )
     outbox_max: int = field(default_factory=lambda: int(_env("SEQKEEPER_OUTBOX_MAX", "20000")))
+    #: Longest a fetch waits at the broker for records, in seconds (an
+    #: upper bound on the latency it adds; Faust's own is 1.5 s).
+    #: Env ``SEQKEEPER_FETCH_MAX_WAIT``.
+    fetch_max_wait: float = field(
+        default_factory=lambda: float(_env("SEQKEEPER_FETCH_MAX_WAIT", "0.02"))
+    )
     #: Seconds between input offset commits (each runs an outbox cycle
     #: first). After a crash, the input since the last commit is processed
     #: again and its outputs re-emitted (identical). Faust's default is 2.8.

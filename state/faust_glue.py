@@ -39,7 +39,18 @@ log = logging.getLogger("seqkeeper.recovery")
 
 
 class HighwaterConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
-    """Faust's consumer thread, with exact partition ends (see module doc)."""
+    """Faust's consumer thread, with exact partition ends (see module doc)
+    and the app's fetch wait (``App.fetch_max_wait_ms``)."""
+
+    def _create_worker_consumer(self, transport: Any) -> Any:
+        consumer = super()._create_worker_consumer(transport)
+        # Faust fixes fetch_max_wait_ms at 1500. A broker may hold a fetch
+        # that long when nothing was there as it arrived (the embedded one
+        # does, even when records arrive meanwhile): up to 1.5 s of latency.
+        wait = getattr(self.app, "fetch_max_wait_ms", None)
+        if wait is not None:
+            consumer._fetch_max_wait_ms = wait
+        return consumer
 
     async def _highwaters(self, partitions: Iterable[TP]) -> Mapping[TP, int]:
         if self.consumer.in_transaction:
@@ -309,6 +320,8 @@ class App(faust.App):
         #: A check of the local state, running in a thread while the worker
         #: starts; tables open their RocksDB only after it is done.
         self.local_state_check: concurrent.futures.Future[None] | None = None
+        #: The input consumer's fetch wait (None: Faust's 1500 ms).
+        self.fetch_max_wait_ms: int | None = None
         #: Topics consumed as fetched batches: topic name -> channel.
         self.batch_sources: dict[str, Any] = {}
         #: Record batches through Faust's own aiokafka producer.

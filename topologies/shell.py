@@ -97,7 +97,7 @@ def make_app(settings: Settings) -> faust.App:
     """The Faust app for ``settings`` (RocksDB tables, our transport fixes)."""
     if not settings.broker:
         raise ValueError("settings.broker is empty: start a broker first or give its address")
-    return App(
+    app = App(
         settings.group_id,
         broker=[f"kafka://{server.strip()}" for server in settings.broker.split(",")],
         store="rocksdb://",
@@ -114,6 +114,8 @@ def make_app(settings: Settings) -> faust.App:
         broker_max_poll_records=settings.max_poll_records,
         broker_commit_interval=settings.commit_interval,
     )
+    app.fetch_max_wait_ms = int(settings.fetch_max_wait * 1000)
+    return app
 
 
 def raw_topic(app: faust.App, name: str, partitions: int) -> Any:
