@@ -242,7 +242,13 @@ class Chaos:
         """``done`` for :meth:`until_output`: ``topic`` holds ``count`` records."""
         return lambda: sum(self.ends(settings, topic).values()) >= count
 
-    def verified(self, settings: Settings, timeout: float, expect_accepted: int) -> Report:
+    def verified(
+        self,
+        settings: Settings,
+        timeout: float,
+        expect_accepted: int,
+        worker: WorkerProcess | None = None,
+    ) -> Report:
         """Wait until the deduplicated output holds ``expect_accepted``
         messages (cheap: end offsets), then poll the full verification."""
         deadline = time.monotonic() + timeout
@@ -253,7 +259,11 @@ class Chaos:
         cache = TopicCache(settings.broker)
         while True:
             report = asyncio.run(verify_topics(settings, drained=True, cache=cache))
-            if report.ok or time.monotonic() > deadline:
+            if report.ok:
+                return report
+            if time.monotonic() > deadline:
+                if worker is not None:
+                    worker.dump()  # its log shows where it was stuck
                 return report
             time.sleep(2.0)
 
@@ -309,7 +319,7 @@ class Chaos:
         w = self.worker(s, "worker-final")
         try:
             out.recovered(self.until_output(s, s.ordered_topic, since, worker=w, done=finished))
-            report = self.verified(s, self.drain_timeout(work.messages), work.messages)
+            report = self.verified(s, self.drain_timeout(work.messages), work.messages, w)
             w.check_alive()
         finally:
             w.stop()
@@ -340,7 +350,7 @@ class Chaos:
             since = self.ends(s, s.ordered_topic)
             out.recovered(self.until_output(s, s.ordered_topic, since, worker=w, timeout=120))
             publisher.join()
-            report = self.verified(s, self.drain_timeout(work.messages), work.messages)
+            report = self.verified(s, self.drain_timeout(work.messages), work.messages, w)
             if w.proc is not None and w.proc.poll() is not None:
                 out.fail("the worker exited during the freeze")
         finally:
@@ -372,7 +382,7 @@ class Chaos:
             time.sleep(2.0)
             a = self.worker(a_settings, "worker-a-again")
             publisher.join()
-            report = self.verified(s, self.drain_timeout(work.messages), work.messages)
+            report = self.verified(s, self.drain_timeout(work.messages), work.messages, b)
             a.check_alive()
             b.check_alive()
         finally:
@@ -397,7 +407,7 @@ class Chaos:
         w = self.worker(s, "worker-0")
         accepted = len(phases[0])
         try:
-            report = self.verified(s, self.drain_timeout(accepted), accepted)
+            report = self.verified(s, self.drain_timeout(accepted), accepted, w)
         finally:
             w.stop()
         for step, (fault, phase) in enumerate(
@@ -422,7 +432,7 @@ class Chaos:
             accepted += len(phase)
             try:
                 out.recovered(self.until_output(s, s.ordered_topic, since, worker=w))
-                report = self.verified(s, self.drain_timeout(accepted), accepted)
+                report = self.verified(s, self.drain_timeout(accepted), accepted, w)
                 w.check_alive()
             finally:
                 w.stop()
@@ -443,7 +453,7 @@ class Chaos:
             records = _case_records(cases)
             asyncio.run(_send(s.broker, s.input_topic, records))
             asyncio.run(publish(s.broker, s.input_topic, work.records))
-            report = self.verified(s, self.drain_timeout(work.messages), work.messages)
+            report = self.verified(s, self.drain_timeout(work.messages), work.messages, w)
             self.ordered_result(out, report)
             dlq = asyncio.run(read_topic(s.broker, s.dlq_topic))
             ordered = asyncio.run(read_topic(s.broker, s.ordered_topic))

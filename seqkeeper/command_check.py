@@ -112,7 +112,11 @@ def wait_until_commands_verified(
     cache = TopicCache(settings.broker)
     while True:
         report = asyncio.run(verify_command_topics(settings, replies, cache))
-        if report.ok or time.monotonic() > deadline:
+        if report.ok:
+            return report
+        if time.monotonic() > deadline:
+            if worker is not None:
+                worker.dump()  # its log shows where it was stuck
             return report
         if worker is not None:
             worker.check_alive()

@@ -243,7 +243,11 @@ async def wait_until_verified(
     cache = TopicCache(settings.broker)
     while True:
         report = await verify_topics(settings, drained, cache)
-        if report.ok or time.monotonic() > deadline:
+        if report.ok:
+            return report
+        if time.monotonic() > deadline:
+            if worker is not None:
+                worker.dump()
             return report
         if worker is not None:
             worker.check_alive()

@@ -10,6 +10,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -163,6 +164,14 @@ class WorkerProcess:
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def dump(self, wait: float = 1.0) -> None:
+        """Have a running worker log its asyncio tasks and consumer state
+        (SIGUSR1, see :func:`topologies.shell.install_diagnostics`): called
+        before a test gives up on it, so its log shows where it was stuck."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGUSR1)
+            time.sleep(wait)
 
     def kill(self) -> None:
         """``kill -9``: no shutdown code runs."""

@@ -208,6 +208,8 @@ def install_diagnostics(app: Any, *probes: Callable[[], dict[str, Any]]) -> None
             state["paused"] = consumer._thread._ensure_consumer().paused()
             state["read offsets"] = dict(consumer._read_offset)
             state["committed offsets"] = dict(consumer._committed_offset)
+            state["active partitions"] = consumer._active_partitions
+            state["fetcher"] = _fetcher_state(consumer._thread._ensure_consumer())
         except Exception as exc:  # noqa: BLE001 - diagnostics never fail the worker
             state["consumer"] = repr(exc)
         log.warning("state: %s", state)
@@ -232,6 +234,29 @@ def install_metrics(app: Any, registry: CollectorRegistry) -> None:
 def owned_partitions(app: Any, topic: str) -> list[Any]:
     """This worker's active partitions (TPs) of ``topic``."""
     return [tp for tp in app.assignor.assigned_actives() if tp.topic == topic]
+
+
+def _fetcher_state(kafka_consumer: Any) -> dict[str, Any]:
+    """aiokafka's view of the assignment: per partition its position, pause
+    and prefetched records, and whether the fetch routine still runs."""
+    fetcher = kafka_consumer._fetcher
+    assignment = kafka_consumer._subscription.subscription.assignment
+    partitions = {}
+    for tp in assignment.tps if assignment is not None else ():
+        st = assignment.state_value(tp)
+        partitions[f"{tp.topic}/{tp.partition}"] = (
+            st.position if st.has_valid_position else None,
+            "paused" if st.paused else "",
+            "prefetched" if tp in fetcher._records else "",
+            st.highwater,
+        )
+    task = fetcher._fetch_task
+    return {
+        "partitions (position, paused, prefetched, highwater)": partitions,
+        "fetch routine": "done" if task.done() else "running",
+        "in flight": set(fetcher._in_flight),
+        "pending": len(fetcher._pending_tasks),
+    }
 
 
 def _awaiting(coro: Any) -> list[str]:
