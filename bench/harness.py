@@ -454,7 +454,8 @@ class Bench:
         the first output of new input; and the worker's peak RSS."""
         n = self.sizes.state_keys
         tag = _tag("restart")
-        s = self.settings(tag)
+        # as deployed for fast restarts: static membership (SEQKEEPER_INSTANCE_ID)
+        s = self.settings(tag, instance_id=f"{tag}-worker")
         self.topics(s.topics())
         records = [
             (f"s{k:07d}".encode(), orjson.dumps({"messageId": f"s{k}", "seq": 1, "type": "t"}))

@@ -154,6 +154,12 @@ class Settings:
     fetch_max_wait: float = field(
         default_factory=lambda: float(_env("SEQKEEPER_FETCH_MAX_WAIT", "0.02"))
     )
+    #: Static group membership: a name unique to this worker and stable
+    #: across its restarts (e.g. the pod name). A restart then takes the
+    #: worker's place without a rebalance; a worker that stops keeps its
+    #: partitions until its session times out. Empty (default): dynamic
+    #: membership. Env ``SEQKEEPER_INSTANCE_ID``.
+    instance_id: str = field(default_factory=lambda: _env("SEQKEEPER_INSTANCE_ID", ""))
     #: Seconds between input offset commits (each runs an outbox cycle
     #: first). After a crash, the input since the last commit is processed
     #: again and its outputs re-emitted (identical). Faust's default is 2.8.

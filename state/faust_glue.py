@@ -50,6 +50,9 @@ class HighwaterConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
         wait = getattr(self.app, "fetch_max_wait_ms", None)
         if wait is not None:
             consumer._fetch_max_wait_ms = wait
+        # Static membership (KIP-345): a restarted worker with the same
+        # instance id takes its place in the group without a rebalance.
+        consumer._group_instance_id = getattr(self.app, "group_instance_id", None)
         return consumer
 
     async def _highwaters(self, partitions: Iterable[TP]) -> Mapping[TP, int]:
@@ -352,6 +355,8 @@ class App(faust.App):
         #: A check of the local state, running in a thread while the worker
         #: starts; tables open their RocksDB only after it is done.
         self.local_state_check: concurrent.futures.Future[None] | None = None
+        #: Static group membership id (None: dynamic membership).
+        self.group_instance_id: str | None = None
         #: The input consumer's fetch wait (None: Faust's 1500 ms).
         self.fetch_max_wait_ms: int | None = None
         #: Topics consumed as fetched batches: topic name -> channel.

@@ -115,6 +115,7 @@ def make_app(settings: Settings) -> faust.App:
         broker_commit_interval=settings.commit_interval,
     )
     app.fetch_max_wait_ms = int(settings.fetch_max_wait * 1000)
+    app.group_instance_id = settings.instance_id or None
     return app
 
 

@@ -56,10 +56,11 @@ def split_workload():
     return w.records[:cut], w.records[cut:]
 
 
+@pytest.mark.parametrize("instance_id", ["", "worker-a"], ids=["dynamic", "static"])
 def test_restart_on_existing_state_resumes_without_replay(
-    make_settings, tmp_path, split_workload
+    make_settings, tmp_path, split_workload, instance_id
 ) -> None:
-    settings = settings_for(make_settings)
+    settings = settings_for(make_settings).with_overrides(instance_id=instance_id)
     first, second = split_workload
     run_phase(settings, first, tmp_path / "w1.log")
     # The restart is where the embedded broker's short ListOffsets answer made
@@ -69,6 +70,8 @@ def test_restart_on_existing_state_resumes_without_replay(
     counts = replayed(log)
     assert set(counts) == {"state"}, log[-3000:]
     assert sum(counts.values()) == 0, counts
+    if instance_id:  # static membership: the member id carries the instance id
+        assert f"with member_id {instance_id}" in log, log[-3000:]
 
 
 def test_deleted_data_dir_is_rebuilt_from_changelog(
