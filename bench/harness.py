@@ -470,7 +470,8 @@ class Bench:
             rss = _peak_rss_mb(w.pid)
         finally:
             w.stop()
-        w = WorkerProcess(s, self.workdir / f"{tag}-2.log", "warning").start()
+        # at info: the log shows the phases of the restart (join, recovery, ready)
+        w = WorkerProcess(s, self.workdir / f"{tag}-2.log", "info").start()
         t0 = time.monotonic()
         try:
             asyncio.run(

@@ -21,6 +21,18 @@ class PartitionStore(Protocol):
 
     def delete(self, partition: int, key: bytes) -> None: ...
 
+    def mark(self, partition: int, value: bytes) -> None:
+        """Keep ``value`` with the partition's local state only (never
+        changelogged) until the next write: a description of the state as it
+        is now, for the next start-up (see :meth:`take_mark`)."""
+        ...
+
+    def take_mark(self, partition: int) -> bytes | None:
+        """The value of :meth:`mark` if nothing changed the partition's state
+        since it was written (no write here, no changelog record replayed
+        into it), else ``None``; the mark is gone afterwards either way."""
+        ...
+
     def seek(self, partition: int, start: bytes, prefix: bytes) -> tuple[bytes, bytes] | None:
         """The first entry with key >= ``start`` that starts with ``prefix``."""
         ...

@@ -12,17 +12,26 @@ class MemoryStore:
         self.name = name
         self._data: dict[int, dict[bytes, bytes]] = defaultdict(dict)
         self._keys: dict[int, list[bytes]] = defaultdict(list)
+        self._marks: dict[int, bytes] = {}
 
     def get(self, partition: int, key: bytes) -> bytes | None:
         return self._data[partition].get(key)
 
+    def mark(self, partition: int, value: bytes) -> None:
+        self._marks[partition] = value
+
+    def take_mark(self, partition: int) -> bytes | None:
+        return self._marks.pop(partition, None)
+
     def put(self, partition: int, key: bytes, value: bytes) -> None:
+        self._marks.pop(partition, None)
         data = self._data[partition]
         if key not in data:
             bisect.insort(self._keys[partition], key)
         data[key] = value
 
     def delete(self, partition: int, key: bytes) -> None:
+        self._marks.pop(partition, None)
         if self._data[partition].pop(key, None) is not None:
             keys = self._keys[partition]
             del keys[bisect.bisect_left(keys, key)]

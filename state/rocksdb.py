@@ -17,12 +17,19 @@ output, so no output is ever on the broker before the state behind it.
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Iterator
 from typing import Any
 
 from faust.types import TP
 
 from state.producer import BatchProducer, Record
+
+#: Where :meth:`FaustRocksStore.mark` keeps its value in a partition's
+#: RocksDB (outside every family's prefix; never changelogged).
+MARK_KEY = b"__seqkeeper\x00mark__"
+FAUST_OFFSET_KEY = b"__faust\x00offset__"
+_OFFSET = struct.Struct(">q")
 
 
 class FaustRocksStore:
@@ -31,6 +38,7 @@ class FaustRocksStore:
         self.name: str = table.name
         self.producer = producer
         self._queued: dict[int, list[Record]] = {}
+        self._marked: set[int] = set()
 
     def take_writes(self) -> dict[int, list[Record]]:
         """The changelog records of the writes made so far, per partition
@@ -54,11 +62,41 @@ class FaustRocksStore:
         value: bytes | None = self._db(partition).get(key)
         return value
 
+    def _persisted(self, partition: int) -> int:
+        tp = TP(self.table.changelog_topic.get_topic_name(), partition)
+        offset = self.table.data.persisted_offset(tp)
+        return -1 if offset is None else int(offset)
+
+    def mark(self, partition: int, value: bytes) -> None:
+        """Keep ``value`` locally with the changelog offset the partition's
+        state reflects; a later write here, or a changelog record replayed
+        into the state (it moves that offset), voids it."""
+        self._db(partition).put(MARK_KEY, _OFFSET.pack(self._persisted(partition)) + value)
+        self._marked.add(partition)
+
+    def take_mark(self, partition: int) -> bytes | None:
+        db = self._db(partition)
+        raw: bytes | None = db.get(MARK_KEY)
+        if raw is None:
+            return None
+        db.delete(MARK_KEY)
+        self._marked.discard(partition)
+        (offset,) = _OFFSET.unpack_from(raw)
+        return raw[_OFFSET.size :] if offset == self._persisted(partition) else None
+
+    def _unmark(self, partition: int) -> None:
+        self._db(partition).delete(MARK_KEY)
+        self._marked.discard(partition)
+
     def put(self, partition: int, key: bytes, value: bytes) -> None:
+        if self._marked and partition in self._marked:
+            self._unmark(partition)
         self._db(partition).put(key, value)
         self._queued.setdefault(partition, []).append((key, value, ()))
 
     def delete(self, partition: int, key: bytes) -> None:
+        if self._marked and partition in self._marked:
+            self._unmark(partition)
         self._db(partition).delete(key)
         self._queued.setdefault(partition, []).append((key, None, ()))
 
@@ -80,6 +118,6 @@ class FaustRocksStore:
             key: bytes = it.key()
             if not key.startswith(prefix):
                 return
-            if key != b"__faust\x00offset__":
+            if key != FAUST_OFFSET_KEY and key != MARK_KEY:
                 yield key, it.value()
             it.next()

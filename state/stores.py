@@ -18,6 +18,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+import orjson
+
 from processors.deduplicator import DedupDecision, Seen, SeenWindow
 from processors.envelope import Message, parse
 from processors.resequencer import KeyState, Step
@@ -134,6 +136,20 @@ class Stores:
         for position, forgotten in forget:
             self.state.delete(partition, codecs.seen_id_key(key, forgotten))
             self.state.delete(partition, codecs.seen_position_key(key, position))
+
+    def save_index(self, partition: int, keys: list[str], buffered: int) -> None:
+        """Remember, with the partition's local state, which keys the next
+        start-up must look at and how many messages are buffered (a clean
+        stop writes it; any later write voids it)."""
+        self.state.mark(partition, orjson.dumps({"keys": keys, "buffered": buffered}))
+
+    def take_index(self, partition: int) -> tuple[list[str], int] | None:
+        """What :meth:`save_index` wrote, if the state is still as it was."""
+        raw = self.state.take_mark(partition)
+        if raw is None:
+            return None
+        index = orjson.loads(raw)
+        return list(index["keys"]), int(index["buffered"])
 
     def key_states(
         self, partition: int, after: str | None = None

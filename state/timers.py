@@ -27,6 +27,10 @@ class GapTimers:
             keys[heapq.heappop(heap)[1]] = None
         return list(keys)
 
+    def keys(self, partition: int) -> set[str]:
+        """The keys with an entry in ``partition`` (stale ones included)."""
+        return {key for _, key in self._heaps.get(partition, ())}
+
     def partitions(self) -> list[int]:
         return list(self._heaps)
 

@@ -38,7 +38,7 @@ import collections
 import itertools
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import faust
@@ -92,6 +92,7 @@ class OrderedTopology(OutboxOwner):
         self.owned: set[int] = set()
         self.sweep_after: dict[int, str | None] = {}  # sweep cursor per partition
         self.generation = 0
+        self.in_flight: dict[int, Batch] = {}  # taken, not yet confirmed (by id)
         self.outbox = Batch()
         self.on_output: Callable[[], None] = lambda: None  # wakes the outbox cycle
         self.metrics = Metrics()
@@ -234,15 +235,23 @@ class OrderedTopology(OutboxOwner):
         again = 0
         for partition in sorted(partitions):
             self.timers.drop(partition)
-            total = 0
-            for key, state, _ in self.stores.key_states(partition):
+            index = self.stores.take_index(partition)
+            if index is None:  # every key's state (O(keys))
+                states: Iterable[tuple[str, KeyState, Any]] = self.stores.key_states(partition)
+            else:  # after a clean stop: the keys it named
+                states = ((k, *self.stores.load(partition, k)) for k in index[0])
+            total = looked = 0
+            for key, state, _ in states:
+                looked += 1
                 total += state.buffered
                 deadline = resequencer.gap_deadline(state, self.policy)
                 if deadline is not None:
                     self.timers.arm(partition, key, deadline)
                 if state.confirmed is not None and state.confirmed != state.next_expected:
                     again += self.emit_again(partition, key, state)
-            self.buffered[partition] = total
+            self.buffered[partition] = total if index is None else index[1]
+            how = "every key's state" if index is None else "the keys named at the clean stop"
+            log.info("partition %d: looked at %d keys (%s)", partition, looked, how)
         self.metrics.buffered.set(sum(self.buffered.values()))
         if again:
             log.warning("emitting %d unconfirmed ordered records again", again)
@@ -259,14 +268,28 @@ class OrderedTopology(OutboxOwner):
             self.outbox.confirms[(partition, key)] = state.next_expected
         return len(items)
 
+    def save_index(self) -> None:
+        """At a clean stop, once the outputs are confirmed: name per owned
+        partition the keys the next start-up must look at (waiting for a gap,
+        or with output not yet confirmed), so it need not read every key's
+        state (:meth:`on_assigned`). Any later write voids it."""
+        for partition in self.owned:
+            keys = self.timers.keys(partition)
+            for batch in [self.outbox, *self.in_flight.values()]:
+                keys.update(k for p, k in batch.confirms if p == partition)
+            self.stores.save_index(partition, sorted(keys), self.buffered.get(partition, 0))
+
     # -- outbox ------------------------------------------------------------
     def taken(self, batch: Batch) -> None:
+        if batch:  # an empty one is never confirmed
+            self.in_flight[id(batch)] = batch
         for topic, n in collections.Counter(r.topic for r in batch.records).items():
             self.metrics.messages_out.labels(topic).inc(n)
 
     def confirm(self, batch: Batch) -> None:
         """``batch`` was produced and acknowledged: record how far each key's
         ordered output is durable. Skipped for partitions reassigned since."""
+        self.in_flight.pop(id(batch), None)
         if batch.generation != self.generation:
             return
         for (partition, key), upto in batch.confirms.items():
@@ -356,6 +379,15 @@ def build_app(settings: Settings) -> faust.App:
     @table.on_recover  # type: ignore[untyped-decorator]
     async def rebuild_index() -> None:
         topology.on_assigned({tp.partition for tp in owned()})
+
+    async def save_index() -> None:
+        if app.rebalancing:
+            return  # the assignment in memory may not be the state's
+        await app.outbox_cycle()  # produce and confirm what waits
+        await store.flush(store.take_writes())  # the confirmations too
+        topology.save_index()
+
+    app.before_tables_close.append(save_index)
 
     @app.agent(batch_source(app, source))
     async def resequence(stream: Any) -> None:

@@ -70,6 +70,9 @@ def test_restart_on_existing_state_resumes_without_replay(
     counts = replayed(log)
     assert set(counts) == {"state"}, log[-3000:]
     assert sum(counts.values()) == 0, counts
+    # the clean stop named the keys to look at: no reading of every key's state
+    assert log.count("(the keys named at the clean stop)") == settings.partitions, log[-3000:]
+    assert "(every key's state)" not in log
     if instance_id:  # static membership: the member id carries the instance id
         assert f"with member_id {instance_id}" in log, log[-3000:]
 
@@ -86,3 +89,4 @@ def test_deleted_data_dir_is_rebuilt_from_changelog(
     _, log = run_phase(settings, second, tmp_path / "w2.log")
     counts = replayed(log)
     assert counts["state"] > 0, counts
+    assert "(the keys named at the clean stop)" not in log  # no local state, no index
