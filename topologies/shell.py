@@ -31,6 +31,10 @@ log = logging.getLogger("seqkeeper.shell")
 
 Headers = list[tuple[str, bytes]] | None
 
+#: Largest record batch the worker produces (within Kafka's default
+#: 1 MiB message.max.bytes and aiokafka's 1 MiB max_request_size).
+PRODUCER_BATCH_BYTES = 512 * 1024
+
 
 @dataclass
 class Out:
@@ -113,6 +117,11 @@ def make_app(settings: Settings) -> faust.App:
         broker_heartbeat_interval=min(3.0, settings.session_timeout / 3),
         broker_max_poll_records=settings.max_poll_records,
         broker_commit_interval=settings.commit_interval,
+        # aiokafka sends at most one batch per partition per request: with
+        # its 16 KiB default an outbox cycle of 10,000 changelog writes went
+        # out as ~16 requests one after another, and under load each cycle
+        # grew longer than the last (latency p99 at 2,500 msg/s: 2 s).
+        producer_max_batch_size=PRODUCER_BATCH_BYTES,
     )
     app.fetch_max_wait_ms = int(settings.fetch_max_wait * 1000)
     app.group_instance_id = settings.instance_id or None
