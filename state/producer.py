@@ -21,6 +21,9 @@ from typing import Any
 
 from aiokafka.partitioner import murmur2
 
+#: Keys whose partition a topic's partitioner keeps (then it starts over).
+PICKS_REMEMBERED = 100_000
+
 Header = tuple[str, bytes]
 Record = tuple[bytes | None, bytes | None, Sequence[Header]]
 
@@ -32,6 +35,7 @@ class BatchProducer:
     def __init__(self, producer: Callable[[], Any]) -> None:
         self._producer = producer
         self._partitions: dict[str, list[int]] = {}
+        self._picks: dict[str, Callable[[bytes | None], int]] = {}
 
     async def partitions(self, topic: str) -> list[int]:
         known = self._partitions.get(topic)
@@ -46,16 +50,27 @@ class BatchProducer:
 
     async def partitioner(self, topic: str) -> Callable[[bytes | None], int]:
         """A plain function choosing ``topic``'s partition for a key as
-        aiokafka's default partitioner does (no await per record)."""
+        aiokafka's default partitioner does (no await per record). It
+        remembers up to :data:`PICKS_REMEMBERED` keys (murmur2 is pure Python)."""
+        pick = self._picks.get(topic)
+        if pick is not None:
+            return pick
         parts = await self.partitions(topic)
         n = len(parts)
+        known: dict[bytes, int] = {}
 
-        def pick(key: bytes | None) -> int:
+        def choose(key: bytes | None) -> int:
             if key is None:
                 return int(random.choice(parts))
-            return int(parts[(murmur2(key) & 0x7FFFFFFF) % n])
+            found = known.get(key)
+            if found is None:
+                if len(known) >= PICKS_REMEMBERED:
+                    known.clear()
+                found = known[key] = int(parts[(murmur2(key) & 0x7FFFFFFF) % n])
+            return found
 
-        return pick
+        self._picks[topic] = choose
+        return choose
 
     async def send(
         self, records: dict[tuple[str, int], list[Record]]

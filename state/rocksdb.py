@@ -32,6 +32,21 @@ FAUST_OFFSET_KEY = b"__faust\x00offset__"
 _OFFSET = struct.Struct(">q")
 
 
+def _no_wal() -> Any:
+    from rocksdict import WriteOptions
+
+    options = WriteOptions()
+    options.disable_wal = True  # type: ignore[method-assign,assignment]  # a property; the stub is wrong
+    return options
+
+
+#: Local writes skip RocksDB's write-ahead log (half the cost of a put): the
+#: local state is a copy of the changelog. After a crash it is discarded and
+#: rebuilt anyway (seqkeeper.worker); a clean stop flushes the memtables as
+#: RocksDB closes.
+_NO_WAL = _no_wal()
+
+
 class FaustRocksStore:
     def __init__(self, table: Any, producer: BatchProducer) -> None:
         self.table = table
@@ -39,6 +54,7 @@ class FaustRocksStore:
         self.producer = producer
         self._queued: dict[int, list[Record]] = {}
         self._marked: set[int] = set()
+        self._tuned: dict[int, Any] = {}
 
     def take_writes(self) -> dict[int, list[Record]]:
         """The changelog records of the writes made so far, per partition
@@ -56,7 +72,11 @@ class FaustRocksStore:
             self.table.data.set_persisted_offset(TP(topic, partition), offset)
 
     def _db(self, partition: int) -> Any:
-        return self.table.data._db_for_partition(partition)
+        db = self.table.data._db_for_partition(partition)
+        if db is not self._tuned.get(partition):  # opened (again) by Faust
+            db.set_write_options(_NO_WAL)
+            self._tuned[partition] = db
+        return db
 
     def get(self, partition: int, key: bytes) -> bytes | None:
         value: bytes | None = self._db(partition).get(key)

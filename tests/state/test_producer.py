@@ -32,3 +32,15 @@ def test_partitioner_matches_aiokafka_default(keys: list[bytes], partitions: int
     for key in keys:
         assert pick(key) == default(key, everything, everything)
     assert pick(None) in everything
+
+
+def test_remembered_partitions_stay_right_when_the_memory_starts_over(monkeypatch) -> None:
+    monkeypatch.setattr("state.producer.PICKS_REMEMBERED", 3)
+    producer = BatchProducer(lambda: _producer(7))
+    pick = asyncio.run(producer.partitioner("t"))
+    assert asyncio.run(producer.partitioner("t")) is pick  # one per topic
+    everything = list(range(7))
+    default = DefaultPartitioner()
+    keys = [b"k%d" % i for i in range(10)]
+    for key in keys + keys:
+        assert pick(key) == default(key, everything, everything)
