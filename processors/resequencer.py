@@ -76,12 +76,19 @@ class BufferLookup(Protocol):
         """The lowest buffered sequence greater than ``seq``, if any."""
         ...
 
+    def below(self, upto: int, /) -> list[int]:
+        """The buffered sequences lower than ``upto``, ascending."""
+        ...
+
 
 class DictBuffer(dict[int, Message]):
     """A :class:`BufferLookup` over a plain dict (tests, in-memory store)."""
 
     def first_after(self, seq: int, /) -> int | None:
         return min((s for s in self if s > seq), default=None)
+
+    def below(self, upto: int, /) -> list[int]:
+        return sorted(s for s in self if s < upto)
 
 
 @dataclass(frozen=True, slots=True)
@@ -361,11 +368,7 @@ def confirm(state: KeyState, buffer: BufferLookup, upto: int, policy: Policy = P
     if state.next_expected is None:
         return Step(state)
     upto = min(upto, state.next_expected)
-    deletes: list[int] = []
-    seq = buffer.first_after(0)
-    while seq is not None and seq < upto:
-        deletes.append(seq)
-        seq = buffer.first_after(seq)
+    deletes = buffer.below(upto)
     confirmed = max(upto, state.confirmed or 0)
     if confirmed == state.confirmed and not deletes:
         return Step(state)

@@ -43,6 +43,17 @@ class ReorderBuffer:
         raw = self._store.get(self._partition, codecs.buffer_key(self._key, seq))
         return None if raw is None else parse(self._kbytes, raw)
 
+    def below(self, upto: int) -> list[int]:
+        """One pass of one iterator over the key's buffer (not a seek per
+        entry: an iterator costs more than the entries it reads here)."""
+        seqs = []
+        for store_key, _ in self._store.items(self._partition, self._prefix):
+            seq = codecs.buffer_seq(store_key)
+            if seq >= upto:
+                break
+            seqs.append(seq)
+        return seqs
+
     def first_after(self, seq: int) -> int | None:
         found = self._store.seek(
             self._partition, codecs.buffer_key(self._key, seq + 1), self._prefix

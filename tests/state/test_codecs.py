@@ -68,3 +68,13 @@ def test_first_after_seeks_within_the_key(seqs: set[int], after: int) -> None:
     store.put(0, codecs.buffer_key("j", 500), b"{}")
     expected = min((s for s in seqs if s > after), default=None)
     assert ReorderBuffer(store, 0, "k").first_after(after) == expected
+
+
+@given(st.sets(st.integers(1, 200)), st.integers(0, 210))
+def test_below_lists_the_key_s_buffered_sequences_under_a_bound(seqs: set[int], upto: int) -> None:
+    store = MemoryStore()
+    for s in seqs:
+        store.put(0, codecs.buffer_key("k", s), b"{}")
+        store.put(0, codecs.buffer_key("k2", s), b"{}")  # another key, same partition
+    store.put(0, codecs.buffer_key("j", 1), b"{}")
+    assert ReorderBuffer(store, 0, "k").below(upto) == sorted(s for s in seqs if s < upto)
