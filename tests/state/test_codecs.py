@@ -59,22 +59,23 @@ def test_families_never_collide(k1: str, k2: str) -> None:
     assert all(codecs.key_of(k) in (k1, k2) for k in keys)
 
 
-@given(st.sets(st.integers(1, 200)), st.integers(0, 210))
-def test_first_after_seeks_within_the_key(seqs: set[int], after: int) -> None:
-    store = MemoryStore()
-    for s in seqs:
-        store.put(0, codecs.buffer_key("k", s), b"{}")
-        store.put(0, codecs.buffer_key("k2", s), b"{}")  # another key, same partition
-    store.put(0, codecs.buffer_key("j", 500), b"{}")
-    expected = min((s for s in seqs if s > after), default=None)
-    assert ReorderBuffer(store, 0, "k").first_after(after) == expected
-
-
-@given(st.sets(st.integers(1, 200)), st.integers(0, 210))
-def test_below_lists_the_key_s_buffered_sequences_under_a_bound(seqs: set[int], upto: int) -> None:
+def buffer_of_k(seqs: set[int]) -> ReorderBuffer:
+    """Key ``k``'s buffer holding ``seqs``, beside other keys' entries."""
     store = MemoryStore()
     for s in seqs:
         store.put(0, codecs.buffer_key("k", s), b"{}")
         store.put(0, codecs.buffer_key("k2", s), b"{}")  # another key, same partition
     store.put(0, codecs.buffer_key("j", 1), b"{}")
-    assert ReorderBuffer(store, 0, "k").below(upto) == sorted(s for s in seqs if s < upto)
+    store.put(0, codecs.buffer_key("j", 500), b"{}")
+    return ReorderBuffer(store, 0, "k")
+
+
+@given(st.sets(st.integers(1, 200)), st.integers(0, 210))
+def test_first_after_seeks_within_the_key(seqs: set[int], after: int) -> None:
+    expected = min((s for s in seqs if s > after), default=None)
+    assert buffer_of_k(seqs).first_after(after) == expected
+
+
+@given(st.sets(st.integers(1, 200)), st.integers(0, 210))
+def test_below_lists_the_key_s_buffered_sequences_under_a_bound(seqs: set[int], upto: int) -> None:
+    assert buffer_of_k(seqs).below(upto) == sorted(s for s in seqs if s < upto)
