@@ -54,7 +54,7 @@ class FaustRocksStore:
         self.producer = producer
         self._queued: dict[int, list[Record]] = {}
         self._marked: set[int] = set()
-        self._tuned: dict[int, Any] = {}
+        self._tuned: dict[int, int] = {}  # partition -> id of the DB tuned
 
     def take_writes(self) -> dict[int, list[Record]]:
         """The changelog records of the writes made so far, per partition
@@ -73,9 +73,13 @@ class FaustRocksStore:
 
     def _db(self, partition: int) -> Any:
         db = self.table.data._db_for_partition(partition)
-        if db is not self._tuned.get(partition):  # opened (again) by Faust
+        # Only the id is kept: Faust closes a revoked partition's DB by
+        # dropping its last reference, and a DB kept open here would hold
+        # RocksDB's lock when the partition comes back (a reused id costs at
+        # most the write-ahead log on a reopened DB).
+        if id(db) != self._tuned.get(partition):  # opened (again) by Faust
             db.set_write_options(_NO_WAL)
-            self._tuned[partition] = db
+            self._tuned[partition] = id(db)
         return db
 
     def get(self, partition: int, key: bytes) -> bytes | None:
