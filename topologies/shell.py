@@ -215,11 +215,12 @@ def install_diagnostics(app: Any, *probes: Callable[[], dict[str, Any]]) -> None
             state.update(probe())
         consumer: Any = app.consumer
         try:
-            state["paused"] = consumer._thread._ensure_consumer().paused()
+            kafka_consumer = consumer._thread._ensure_consumer()
+            state["paused"] = kafka_consumer.paused()
             state["read offsets"] = dict(consumer._read_offset)
             state["committed offsets"] = dict(consumer._committed_offset)
             state["active partitions"] = consumer._active_partitions
-            state["fetcher"] = _fetcher_state(consumer._thread._ensure_consumer())
+            state["fetcher"] = _fetcher_state(kafka_consumer)
         except Exception as exc:  # noqa: BLE001 - diagnostics never fail the worker
             state["consumer"] = repr(exc)
         log.warning("state: %s", state)
