@@ -36,9 +36,19 @@ _SEEN = struct.Struct(">Qdq")
 _TIME = struct.Struct(">d")
 
 
+#: Sequence keys whose store-key prefix is remembered (then it starts over).
+PREFIXES_REMEMBERED = 100_000
+_prefixes: dict[str, bytes] = {}
+
+
 def key_prefix(key: str) -> bytes:
-    raw = key.encode("utf-8")
-    return len(raw).to_bytes(4, "big") + raw
+    found = _prefixes.get(key)
+    if found is None:
+        if len(_prefixes) >= PREFIXES_REMEMBERED:
+            _prefixes.clear()
+        raw = key.encode("utf-8")
+        found = _prefixes[key] = len(raw).to_bytes(4, "big") + raw
+    return found
 
 
 def key_of(store_key: bytes) -> str:

@@ -55,6 +55,7 @@ class FaustRocksStore:
         self._queued: dict[int, list[Record]] = {}
         self._marked: set[int] = set()
         self._tuned: dict[int, int] = {}  # partition -> id of the DB tuned
+        self._open: dict[int, Any] | None = None  # Faust's open DBs (its own dict)
 
     def take_writes(self) -> dict[int, list[Record]]:
         """The changelog records of the writes made so far, per partition
@@ -72,6 +73,12 @@ class FaustRocksStore:
             self.table.data.set_persisted_offset(TP(topic, partition), offset)
 
     def _db(self, partition: int) -> Any:
+        opened = self._open
+        if opened is None:
+            opened = self._open = self.table.data._dbs
+        db = opened.get(partition)
+        if db is not None and self._tuned.get(partition) == id(db):
+            return db
         db = self.table.data._db_for_partition(partition)
         # Only the id is kept: Faust closes a revoked partition's DB by
         # dropping its last reference, and a DB kept open here would hold
@@ -116,13 +123,19 @@ class FaustRocksStore:
         if self._marked and partition in self._marked:
             self._unmark(partition)
         self._db(partition).put(key, value)
-        self._queued.setdefault(partition, []).append((key, value, ()))
+        queue = self._queued.get(partition)
+        if queue is None:
+            queue = self._queued[partition] = []
+        queue.append((key, value, ()))
 
     def delete(self, partition: int, key: bytes) -> None:
         if self._marked and partition in self._marked:
             self._unmark(partition)
         self._db(partition).delete(key)
-        self._queued.setdefault(partition, []).append((key, None, ()))
+        queue = self._queued.get(partition)
+        if queue is None:
+            queue = self._queued[partition] = []
+        queue.append((key, None, ()))
 
     def seek(self, partition: int, start: bytes, prefix: bytes) -> tuple[bytes, bytes] | None:
         it = self._db(partition).iter()

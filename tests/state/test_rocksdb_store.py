@@ -34,7 +34,9 @@ def test_a_revoked_partition_s_db_is_not_kept_open() -> None:
     def db_for_partition(partition: int) -> FakeDB:
         return dbs.setdefault(partition, FakeDB())
 
-    table = SimpleNamespace(name="t", data=SimpleNamespace(_db_for_partition=db_for_partition))
+    table = SimpleNamespace(
+        name="t", data=SimpleNamespace(_dbs=dbs, _db_for_partition=db_for_partition)
+    )
     store = FaustRocksStore(table, producer=None)  # type: ignore[arg-type]
     store.put(0, b"k", b"v")
     assert store.get(0, b"k") == b"v"
