@@ -16,13 +16,13 @@ quiet, it advances exactly as the wall clock does after the grace.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from processors.values import value
 
 #: Seconds a caught-up partition must be quiet before its time follows the wall clock.
 IDLE_GRACE = 1.0
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class StreamClock:
     """Stream time (seconds) and the wall time it last moved at."""
 

@@ -47,6 +47,7 @@ import orjson
 
 from processors.dead_letter import dead_letter_headers
 from processors.envelope import InvalidMessage, parse_time
+from processors.values import value
 
 Status = Literal["RECEIVED", "PROCESSING", "COMPLETED", "FAILED", "EXPIRED"]
 #: :attr:`Outgoing.topic` of a dead letter (the shell's dead-letter topic).
@@ -75,7 +76,7 @@ class DomainError(Exception):
         self.data = data
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class Command:
     """A valid command envelope. ``value`` is the original bytes."""
 
@@ -193,7 +194,7 @@ def parse_command(key: bytes | None, value: bytes | None, tenant: bytes | None =
     )
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class Event:
     """What a handler emits: a domain event (``topic`` None: the events topic)."""
 
@@ -202,7 +203,7 @@ class Event:
     topic: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class Outgoing:
     """A message to dispatch: topic (``None``: the events topic;
     :data:`DEAD_LETTER`: the dead-letter topic), key, bytes, headers."""
@@ -228,7 +229,7 @@ class Outgoing:
         return Outgoing(raw[0], raw[1], raw[2], raw[3].encode("latin-1"), headers)
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class Entity:
     """An entity record: version (applied commands), state, and the outbox
     (command messageId -> its messages) of commands not yet dispatched."""
@@ -244,7 +245,7 @@ class Entity:
         return None
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class Receipt:
     """The Message Store record of a command (and its dedup marker)."""
 
@@ -286,7 +287,7 @@ class Registry:
         return sorted(v for t, v in self.handlers if t == command_type)
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class RetryPolicy:
     """Attempts in all (the first included), and the capped backoff."""
 
@@ -299,7 +300,7 @@ class RetryPolicy:
         return float(min(self.cap, self.base * 2 ** (attempt - 1)))
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class Decision:
     """What to persist (``entity`` and ``receipt`` when not ``None``), what
     to dispatch now, and a dead letter ``(reason, detail, exception class)``."""

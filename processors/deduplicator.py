@@ -33,16 +33,16 @@ Invariants (checked by ``tests/processors/test_deduplicator.py``):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import NamedTuple, Protocol
 
 from processors.envelope import Message
+from processors.values import value
 
 #: Age evictions done per accepted message (the rest is left to sweeps).
 EVICT_PER_ACCEPT = 2
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class Retention:
     #: Seconds an accepted id is remembered (default 7 days).
     max_age: float = 7 * 24 * 3600.0
@@ -50,7 +50,7 @@ class Retention:
     max_per_key: int = 100_000
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class SeenWindow:
     """FIFO positions of a key's remembered ids: ``head`` is the oldest,
     ``tail`` the position the next accepted id gets."""
@@ -82,7 +82,7 @@ class SeenLog(Protocol):
         ...
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class DedupDecision:
     """``accepted``: pass the message on; persist ``window``, store
     ``remember`` (id, :class:`Seen`) and delete ``forget`` (position, id).

@@ -9,11 +9,12 @@ through unchanged because the original bytes are what we emit.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 import orjson
+
+from processors.values import value
 
 #: Largest accepted sequence number (sequences are stored as 8-byte integers).
 MAX_SEQ = 2**63 - 1
@@ -44,7 +45,7 @@ class InvalidMessage(ValueError):
         self.detail = detail
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class Message:
     """A valid input message. ``value`` is the original bytes, emitted as is."""
 

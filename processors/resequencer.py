@@ -14,7 +14,12 @@ put in the buffer, and a released one stays there until :func:`confirm`
 (called once its emission is durable) deletes it. So ``confirmed ..
 next_expected - 1`` can always be emitted again, byte for byte and in order,
 by :func:`pending` (ranges given up there are kept unmerged for the same
-reason: a re-emitted marker is identical to the first one).
+reason: a re-emitted marker is identical to the first one). A message
+missing from the buffer in that range was deleted by a confirmation whose
+new ``confirmed`` a crash kept from being stored (the shell stores the
+deletions first): its emission is durable, and it is not emitted again.
+The caller names the sequences to delete (those it saw released), so a
+confirmation never scans the buffer.
 
 Rules:
 
@@ -49,12 +54,14 @@ Invariants (checked by ``tests/processors/test_resequencer.py``):
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Iterable
+from dataclasses import field
 from typing import Literal, Protocol
 
 import orjson
 
 from processors.envelope import Message, Reason
+from processors.values import value
 
 #: The default first sequence of a key.
 FIRST_SEQ = 1
@@ -76,10 +83,6 @@ class BufferLookup(Protocol):
         """The lowest buffered sequence greater than ``seq``, if any."""
         ...
 
-    def below(self, upto: int, /) -> list[int]:
-        """The buffered sequences lower than ``upto``, ascending."""
-        ...
-
 
 class DictBuffer(dict[int, Message]):
     """A :class:`BufferLookup` over a plain dict (tests, in-memory store)."""
@@ -87,11 +90,8 @@ class DictBuffer(dict[int, Message]):
     def first_after(self, seq: int, /) -> int | None:
         return min((s for s in self if s > seq), default=None)
 
-    def below(self, upto: int, /) -> list[int]:
-        return sorted(s for s in self if s < upto)
 
-
-@dataclass(frozen=True, slots=True)
+@value
 class Policy:
     """Resequencing policy; see the module docstring for the meaning."""
 
@@ -104,7 +104,7 @@ class Policy:
     remembered_skips: int = 32
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class KeyState:
     """The small per-key record; the buffer entries are stored apart.
     ``buffered`` counts the messages waiting (``seq >= next_expected``)."""
@@ -116,7 +116,7 @@ class KeyState:
     confirmed: int | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class GapSkipped:
     """The marker emitted in place of the given-up range ``first..last``."""
 
@@ -144,14 +144,14 @@ class GapSkipped:
 Emission = Message | GapSkipped
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class Rejection:
     reason: str
     detail: str
     route: Route = "dlq"
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class Step:
     """The outcome of one call: the new key state, buffer changes to persist,
     what to emit on the ordered topic (in order), and the change of the
@@ -338,8 +338,8 @@ def expire(
 def pending(key: str, state: KeyState, buffer: BufferLookup) -> tuple[list[Emission], list[int]]:
     """What was emitted but is not confirmed (``confirmed .. next_expected-1``),
     in the original order and byte for byte, to emit again after a crash or
-    when another worker takes the key over; and the sequences that should be
-    there but are not (always empty unless the store lost writes)."""
+    when another worker takes the key over; and the sequences not in the
+    buffer (deleted by a confirmation a crash cut short: already durable)."""
     if state.next_expected is None or state.confirmed is None:
         return [], []
     starts = dict(state.skipped)
@@ -361,14 +361,14 @@ def pending(key: str, state: KeyState, buffer: BufferLookup) -> tuple[list[Emiss
     return out, missing
 
 
-def confirm(state: KeyState, buffer: BufferLookup, upto: int, policy: Policy = Policy()) -> Step:
+def confirm(state: KeyState, released: Iterable[int], upto: int, policy: Policy = Policy()) -> Step:
     """Everything emitted below ``upto`` is durable: advance ``confirmed``
-    and delete the released messages below it from the buffer (also ones a
-    crash left behind below the old ``confirmed``)."""
+    and delete the released messages ``released`` (the sequences the caller
+    saw emitted since its last confirmation) below it from the buffer."""
     if state.next_expected is None:
         return Step(state)
     upto = min(upto, state.next_expected)
-    deletes = buffer.below(upto)
+    deletes = [seq for seq in released if seq < upto]
     confirmed = max(upto, state.confirmed or 0)
     if confirmed == state.confirmed and not deletes:
         return Step(state)

@@ -4,19 +4,31 @@
 Every read is a point lookup or one seek; every write touches only what
 changed. Nothing here decides anything: the processors do.
 
+Decoded key states are kept in memory (:class:`Stores`, up to
+:data:`KEY_STATES_KEPT`), so a step reads its key's state without a lookup
+or a decode; every step's writes go through to the store at once. Only a
+confirmation's new ``confirmed`` stays in memory until the key's next step
+writes it (or :meth:`Stores.settle`, at a clean stop and a rebalance): a
+crash before that leaves an older ``confirmed`` whose released messages are
+deleted already, so a restart emits again at most the gap markers of that
+range (byte-identical), and the busy path saves a state write per message.
+
 Write order makes a crash harmless wherever it cuts a step: the key state is
 the commit record of a step. Seen ids written before it are only believed
 when their FIFO position lies inside the key state's window and the FIFO
 entry names the same id; a buffer entry written before it is taken again by
-the Resequencer when its message is replayed; deletions of forgotten ids
-come first (forgetting early is harmless) and deletions of confirmed buffer
-entries come last (left-overs are deleted by the next confirmation).
+the Resequencer when its message is replayed (only the last step of a key
+can be cut: every step before it is complete, so its replayed input is a
+redelivery); deletions of forgotten ids come first (forgetting early is
+harmless), and so do deletions of confirmed buffer entries (their output is
+durable: a missing entry is not emitted again, see
+:mod:`processors.resequencer`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Container, Iterator
+from dataclasses import dataclass, field
 
 import orjson
 
@@ -43,17 +55,6 @@ class ReorderBuffer:
         raw = self._store.get(self._partition, codecs.buffer_key(self._key, seq))
         return None if raw is None else parse(self._kbytes, raw)
 
-    def below(self, upto: int) -> list[int]:
-        """One pass of one iterator over the key's buffer (not a seek per
-        entry: an iterator costs more than the entries it reads here)."""
-        seqs = []
-        for store_key, _ in self._store.items(self._partition, self._prefix):
-            seq = codecs.buffer_seq(store_key)
-            if seq >= upto:
-                break
-            seqs.append(seq)
-        return seqs
-
     def first_after(self, seq: int) -> int | None:
         found = self._store.seek(
             self._partition, codecs.buffer_key(self._key, seq + 1), self._prefix
@@ -65,13 +66,21 @@ class SeenIds:
     """One key's remembered messageIds (a ``SeenLog``), as far as the key
     state's window vouches for them."""
 
-    __slots__ = ("_store", "_partition", "_key", "_window")
+    __slots__ = ("_store", "_partition", "_key", "_window", "_heads")
 
-    def __init__(self, store: PartitionStore, partition: int, key: str, window: SeenWindow) -> None:
+    def __init__(
+        self,
+        store: PartitionStore,
+        partition: int,
+        key: str,
+        window: SeenWindow,
+        heads: dict[tuple[int, str], tuple[int, tuple[str, float]]] | None = None,
+    ) -> None:
         self._store = store
         self._partition = partition
         self._key = key
         self._window = window
+        self._heads = heads
 
     def get(self, message_id: str) -> Seen | None:
         raw = self._store.get(self._partition, codecs.seen_id_key(self._key, message_id))
@@ -84,8 +93,26 @@ class SeenIds:
         return seen if entry is not None and entry[0] == message_id else None
 
     def at(self, position: int) -> tuple[str, float] | None:
+        heads = self._heads
+        if heads is not None:
+            known = heads.get((self._partition, self._key))
+            if known is not None and known[0] == position:
+                return known[1]
         raw = self._store.get(self._partition, codecs.seen_position_key(self._key, position))
-        return None if raw is None else codecs.decode_seen_position(raw)
+        if raw is None:
+            return None
+        entry = codecs.decode_seen_position(raw)
+        if heads is not None and self._window.head <= position < self._window.tail:
+            # (an entry outside the window may be a crash's left-over, rewritten later)
+            heads[(self._partition, self._key)] = (position, entry)
+        return entry
+
+
+#: Decoded key states :class:`Stores` keeps (all are dropped, once written
+#: back, when there are more).
+KEY_STATES_KEPT = 100_000
+
+Slot = tuple[int, str]  # (partition, key)
 
 
 @dataclass
@@ -93,15 +120,63 @@ class Stores:
     """The state table of the ordered/deduplicated topology."""
 
     state: PartitionStore
+    keep: int = KEY_STATES_KEPT
+    #: decoded key states, as last written or read
+    _states: dict[Slot, tuple[KeyState, SeenWindow]] = field(default_factory=dict, init=False)
+    #: per key, the FIFO entry last read inside its window (the head, checked
+    #: for age on every accept); such an entry never changes until forgotten
+    _heads: dict[Slot, tuple[int, tuple[str, float]]] = field(default_factory=dict, init=False)
+    #: keys whose confirmation is only in memory so far (:meth:`confirm`)
+    _unwritten: set[Slot] = field(default_factory=set, init=False)
 
     def load(self, partition: int, key: str) -> tuple[KeyState, SeenWindow]:
-        return codecs.decode_key_state(self.state.get(partition, codecs.key_state_key(key)))
+        slot = (partition, key)
+        found = self._states.get(slot)
+        if found is None:
+            found = codecs.decode_key_state(self.state.get(partition, codecs.key_state_key(key)))
+            self._keep(slot, found)
+        return found
+
+    def _keep(self, slot: Slot, state: tuple[KeyState, SeenWindow]) -> None:
+        states = self._states
+        if len(states) >= self.keep and slot not in states:
+            self.settle()
+            states.clear()
+            self._heads.clear()
+        states[slot] = state
+
+    def settle(self, partitions: Container[int] | None = None) -> int:
+        """Write the states whose confirmation is only in memory (those of
+        ``partitions``, or all); how many were written."""
+        written = 0
+        for slot in list(self._unwritten):
+            partition, key = slot
+            if partitions is None or partition in partitions:
+                state, window = self._states[slot]
+                self._put_state(partition, key, state, window)
+                written += 1
+        self._unwritten.clear()  # the others: another worker's partitions now
+        return written
+
+    def forget_cached(self) -> None:
+        """Drop what is kept in memory (:meth:`settle` first): the state may
+        change under it (a partition recovered from its changelog)."""
+        self._states.clear()
+        self._heads.clear()
+        self._unwritten.clear()
+
+    def _put_state(self, partition: int, key: str, state: KeyState, window: SeenWindow) -> None:
+        self.state.put(partition, codecs.key_state_key(key), codecs.encode_key_state(state, window))
+        slot = (partition, key)
+        self._keep(slot, (state, window))
+        if self._unwritten:
+            self._unwritten.discard(slot)
 
     def buffer(self, partition: int, key: str) -> ReorderBuffer:
         return ReorderBuffer(self.state, partition, key)
 
     def seen(self, partition: int, key: str, window: SeenWindow) -> SeenIds:
-        return SeenIds(self.state, partition, key, window)
+        return SeenIds(self.state, partition, key, window, self._heads)
 
     def save(
         self,
@@ -125,9 +200,18 @@ class Stores:
                 store.put(partition, codecs.seen_id_key(key, mid), codecs.encode_seen_id(seen))
         if step.buffer_put is not None:
             store.put(partition, codecs.buffer_key(key, step.buffer_put.seq), step.buffer_put.value)
-        store.put(partition, codecs.key_state_key(key), codecs.encode_key_state(step.state, window))
-        for seq in step.buffer_deletes:
+        for seq in step.buffer_deletes:  # before the state (see above)
             store.delete(partition, codecs.buffer_key(key, seq))
+        self._put_state(partition, key, step.state, window)
+
+    def confirm(self, partition: int, key: str, step: Step, window: SeenWindow) -> None:
+        """Persist a confirmation: the buffer deletions now, the new state in
+        memory (written with the key's next step, or by :meth:`settle`)."""
+        for seq in step.buffer_deletes:
+            self.state.delete(partition, codecs.buffer_key(key, seq))
+        slot = (partition, key)
+        self._keep(slot, (step.state, window))
+        self._unwritten.add(slot)
 
     def forget(
         self,
@@ -139,7 +223,7 @@ class Stores:
     ) -> None:
         """Persist a sweep: ``forget`` (position, id) and the new window."""
         self._forget_ids(partition, key, forget)
-        self.state.put(partition, codecs.key_state_key(key), codecs.encode_key_state(state, window))
+        self._put_state(partition, key, state, window)
 
     def _forget_ids(self, partition: int, key: str, forget: tuple[tuple[int, str], ...]) -> None:
         """Delete forgotten seen ids (before the key state: forgetting early
@@ -166,8 +250,12 @@ class Stores:
         self, partition: int, after: str | None = None
     ) -> Iterator[tuple[str, KeyState, SeenWindow]]:
         """Every key's state in a partition, in store order (startup and
-        rebalance scans), or those after the key ``after`` (sweeps)."""
+        rebalance scans), or those after the key ``after`` (sweeps); as kept
+        in memory where it is (newer by a confirmation)."""
         start = b"" if after is None else codecs.key_state_key(after) + b"\x00"
+        states = self._states
         for store_key, raw in self.state.items(partition, codecs.KEY_STATE, start):
-            state, window = codecs.decode_key_state(raw)
-            yield codecs.key_of(store_key), state, window
+            key = codecs.key_of(store_key)
+            kept = states.get((partition, key))
+            state, window = codecs.decode_key_state(raw) if kept is None else kept
+            yield key, state, window

@@ -18,7 +18,7 @@ Crash consistency is write-ahead, as with a Transactional Outbox:
    until the state writes made before it took the batch are acknowledged by
    the broker, then produces the batch and waits for those acknowledgements,
    then :meth:`OrderedTopology.confirm` records per key how far the ordered
-   output is durable (and deletes the released messages below it).
+   output is durable (and deletes the messages the batch released).
 3. Faust commits an input offset only after an outbox cycle (the commit hook
    in :mod:`state.faust_glue`), so every record below the committed offset
    has durable outputs.
@@ -46,8 +46,8 @@ import faust
 from processors import deduplicator, resequencer
 from processors.clock import StreamClock
 from processors.dead_letter import dead_letter_headers
-from processors.envelope import InvalidMessage, Reason, parse
-from processors.resequencer import GapSkipped, KeyState, Step
+from processors.envelope import InvalidMessage, Message, Reason, parse
+from processors.resequencer import Emission, GapSkipped, KeyState, Step
 from seqkeeper.settings import Settings
 from state.faust_glue import ack_batch, batch_source, current, raw_table
 from state.rocksdb import FaustRocksStore
@@ -75,6 +75,18 @@ SWEEP_KEYS_PER_TICK = 64
 SWEEP_IDS_PER_KEY = 64
 
 
+class Confirm:
+    """What producing a batch confirms for one key: its ordered output is
+    durable below ``upto``; ``released``: the sequences of the messages it
+    released (each stays in the buffer until confirmed)."""
+
+    __slots__ = ("upto", "released")
+
+    def __init__(self, upto: int) -> None:
+        self.upto = upto
+        self.released: list[int] = []
+
+
 class OrderedTopology(OutboxOwner):
     """Calls the cores for each input record and timer tick, persists, and
     queues outputs in the outbox (see the module docstring)."""
@@ -89,6 +101,8 @@ class OrderedTopology(OutboxOwner):
         self.clocks: dict[int, StreamClock] = {}  # stream time per input partition
         self.processed: dict[int, int] = {}  # last input offset processed per partition
         self.buffered: dict[int, int] = {}
+        self.total_buffered = 0  # sum of ``buffered``
+        self.arrived = 0  # input records not yet counted in the metrics
         self.owned: set[int] = set()
         self.sweep_after: dict[int, str | None] = {}  # sweep cursor per partition
         self.generation = 0
@@ -109,7 +123,7 @@ class OrderedTopology(OutboxOwner):
     ) -> None:
         """One input record; ``timestamp`` is the record's time in seconds
         (the stream clock follows it, or the configured event-time field)."""
-        self.metrics.messages_in.inc()
+        self.arrived += 1
         self.processed[partition] = offset
         clock = self.clocks.get(partition, StreamClock())
         try:
@@ -146,7 +160,7 @@ class OrderedTopology(OutboxOwner):
             message,
             now,
             self.policy,
-            sum(self.buffered.values()),
+            self.total_buffered,
         )
         if step.rejected is not None:
             r = step.rejected
@@ -225,6 +239,8 @@ class OrderedTopology(OutboxOwner):
         never confirmed. Stream clocks and progress start afresh."""
         self.generation += 1
         self.owned = set(partitions)
+        self.stores.settle(partitions)  # kept: this worker's writes, in order
+        self.stores.forget_cached()  # recovered partitions may have changed under it
         self.clocks.clear()
         self.processed.clear()
         self.sweep_after.clear()
@@ -252,21 +268,32 @@ class OrderedTopology(OutboxOwner):
             self.buffered[partition] = total if index is None else index[1]
             how = "every key's state" if index is None else "the keys named at the clean stop"
             log.info("partition %d: looked at %d keys (%s)", partition, looked, how)
-        self.metrics.buffered.set(sum(self.buffered.values()))
+        self.total_buffered = sum(self.buffered.values())
+        self.metrics.buffered.set(self.total_buffered)
         if again:
             log.warning("emitting %d unconfirmed ordered records again", again)
 
     def emit_again(self, partition: int, key: str, state: KeyState) -> int:
         items, missing = resequencer.pending(key, state, self.stores.buffer(partition, key))
-        if missing:
-            log.error("key=%s: unconfirmed sequences missing from the buffer: %s", key, missing)
+        if missing:  # durable already (see resequencer.pending)
+            log.debug("key=%s: confirmed before the crash: %s", key, missing)
         kbytes = key.encode("utf-8")
         for item in items:
             self.emit("ordered", kbytes, item.value)
         self.metrics.reemitted.labels("ordered").inc(len(items))
         if state.next_expected is not None:
-            self.outbox.confirms[(partition, key)] = state.next_expected
+            self.to_confirm(partition, key, state.next_expected, items)
         return len(items)
+
+    def to_confirm(self, partition: int, key: str, upto: int, emitted: Iterable[Emission]) -> None:
+        """Note in the outbox what its production will confirm for ``key``:
+        output durable up to ``upto``, and the messages released."""
+        slot = (partition, key)
+        noted = self.outbox.confirms.get(slot)
+        if noted is None:
+            noted = self.outbox.confirms[slot] = Confirm(upto)
+        noted.upto = upto
+        noted.released.extend(e.seq for e in emitted if type(e) is Message)
 
     def save_index(self) -> None:
         """At a clean stop, once the outputs are confirmed: name per owned
@@ -281,6 +308,10 @@ class OrderedTopology(OutboxOwner):
 
     # -- outbox ------------------------------------------------------------
     def taken(self, batch: Batch) -> None:
+        """A cycle takes ``batch``: publish the metrics counted per record."""
+        self.metrics.messages_in.inc(self.arrived)
+        self.arrived = 0
+        self.metrics.buffered.set(self.total_buffered)
         if batch:  # an empty one is never confirmed
             self.in_flight[id(batch)] = batch
         for topic, n in collections.Counter(r.topic for r in batch.records).items():
@@ -292,13 +323,14 @@ class OrderedTopology(OutboxOwner):
         self.in_flight.pop(id(batch), None)
         if batch.generation != self.generation:
             return
-        for (partition, key), upto in batch.confirms.items():
+        noted: Confirm
+        for (partition, key), noted in batch.confirms.items():
             if partition not in self.owned:
                 continue
             state, window = self.stores.load(partition, key)
-            step = resequencer.confirm(state, self.stores.buffer(partition, key), upto, self.policy)
+            step = resequencer.confirm(state, noted.released, noted.upto, self.policy)
             if step.state != state or step.buffer_deletes:
-                self.stores.save(partition, key, step, window)
+                self.stores.confirm(partition, key, step, window)
 
     # -- shared ------------------------------------------------------------
     def after(self, partition: int, key: str, step: Step, before: KeyState | None = None) -> None:
@@ -313,10 +345,10 @@ class OrderedTopology(OutboxOwner):
                     self.metrics.skipped.inc(item.last - item.first + 1)
                     log.warning("gap skipped key=%s from=%s to=%s", key, item.first, item.last)
             if step.state.next_expected is not None:
-                self.outbox.confirms[(partition, key)] = step.state.next_expected
+                self.to_confirm(partition, key, step.state.next_expected, step.emitted)
         if step.buffered_delta:
             self.buffered[partition] = self.buffered.get(partition, 0) + step.buffered_delta
-            self.metrics.buffered.set(sum(self.buffered.values()))
+            self.total_buffered += step.buffered_delta
         deadline = resequencer.gap_deadline(step.state, self.policy)
         if deadline is not None and (
             before is None or deadline != resequencer.gap_deadline(before, self.policy)
@@ -384,7 +416,8 @@ def build_app(settings: Settings) -> faust.App:
         if app.rebalancing:
             return  # the assignment in memory may not be the state's
         await app.outbox_cycle()  # produce and confirm what waits
-        await store.flush(store.take_writes())  # the confirmations too
+        topology.stores.settle()  # the confirmations too
+        await store.flush(store.take_writes())
         topology.save_index()
 
     app.before_tables_close.append(save_index)

@@ -69,7 +69,12 @@ class Model:
         if not self.snapshots:
             return
         for key, (upto, count) in self.snapshots.pop(0).items():
-            step = resequencer.confirm(self.states[key], self.buffers[key], upto, self.policy)
+            released = [
+                e.seq
+                for e in self.emitted[key][self.confirmed[key] : count]
+                if isinstance(e, Message)
+            ]
+            step = resequencer.confirm(self.states[key], released, upto, self.policy)
             assert step.emitted == () and step.buffered_delta == 0
             self.confirmed[key] = max(self.confirmed[key], count)
             self.apply(key, step)
@@ -275,14 +280,14 @@ def test_released_messages_stay_until_confirmed_and_can_be_emitted_again() -> No
     state = step.state
     again, missing = resequencer.pending("k", state, buf)
     assert missing == [] and again == [msg(1), msg(2), GapSkipped("k", 3, 3), msg(4)]
-    step = resequencer.confirm(state, buf, 3, policy)  # only 1 and 2 were flushed
+    step = resequencer.confirm(state, [1, 2, 4], 3, policy)  # only 1 and 2 were flushed
     assert step.buffer_deletes == (1, 2) and step.state.confirmed == 3
     for seq in step.buffer_deletes:
         del buf[seq]
     assert resequencer.pending("k", step.state, buf)[0] == [GapSkipped("k", 3, 3), msg(4)]
-    final = resequencer.confirm(step.state, buf, 5, policy)
+    final = resequencer.confirm(step.state, [4], 5, policy)
     assert final.buffer_deletes == (4,) and final.state.confirmed == 5
-    assert resequencer.confirm(final.state, DictBuffer(), 5, policy) == Step(final.state)
+    assert resequencer.confirm(final.state, [], 5, policy) == Step(final.state)
 
 
 def test_a_message_held_but_not_counted_is_buffered_again() -> None:

@@ -74,8 +74,3 @@ def buffer_of_k(seqs: set[int]) -> ReorderBuffer:
 def test_first_after_seeks_within_the_key(seqs: set[int], after: int) -> None:
     expected = min((s for s in seqs if s > after), default=None)
     assert buffer_of_k(seqs).first_after(after) == expected
-
-
-@given(st.sets(st.integers(1, 200)), st.integers(0, 210))
-def test_below_lists_the_key_s_buffered_sequences_under_a_bound(seqs: set[int], upto: int) -> None:
-    assert buffer_of_k(seqs).below(upto) == sorted(s for s in seqs if s < upto)

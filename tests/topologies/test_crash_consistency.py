@@ -125,7 +125,8 @@ class World:
         confirmations durable, the index) and a start on the same local
         state, which must find what reading every key's state would."""
         self.commit()
-        self.durable = len(self.changelog)  # the confirmations too
+        self.topology.stores.settle()  # the confirmations too
+        self.durable = len(self.changelog)
         self.topology.save_index()
         self.reemitted += reemitted(self.topology)
         store = self.topology.stores.state

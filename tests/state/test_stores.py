@@ -1,0 +1,112 @@
+"""Stores keeps decoded key states in memory and writes through
+(state/stores.py)."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from processors.deduplicator import SeenWindow
+from processors.resequencer import KeyState, Step
+from state import codecs
+from state.memory import MemoryStore
+from state.stores import Stores
+
+
+class LogStore(MemoryStore):
+    """Records every read and write, in order."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.log: list[tuple[str, int, bytes]] = []
+
+    def get(self, partition: int, key: bytes) -> bytes | None:
+        self.log.append(("get", partition, key))
+        return super().get(partition, key)
+
+    def put(self, partition: int, key: bytes, value: bytes) -> None:
+        super().put(partition, key, value)
+        self.log.append(("put", partition, key))
+
+    def delete(self, partition: int, key: bytes) -> None:
+        super().delete(partition, key)
+        self.log.append(("delete", partition, key))
+
+
+def stored(store: MemoryStore, partition: int, key: str) -> tuple[KeyState, SeenWindow]:
+    return codecs.decode_key_state(MemoryStore.get(store, partition, codecs.key_state_key(key)))
+
+
+def test_a_step_is_written_at_once_deletions_first_and_read_back_from_memory() -> None:
+    store = LogStore()
+    stores = Stores(store)
+    assert stores.load(0, "k") == (KeyState(), SeenWindow())
+    assert store.log == [("get", 0, codecs.key_state_key("k"))]
+    store.log.clear()
+    stores.save(0, "k", Step(KeyState(4, confirmed=4), buffer_deletes=(1, 2, 3)), SeenWindow(0, 3))
+    assert store.log == [
+        *(("delete", 0, codecs.buffer_key("k", s)) for s in (1, 2, 3)),
+        ("put", 0, codecs.key_state_key("k")),
+    ]
+    assert stored(store, 0, "k") == (KeyState(4, confirmed=4), SeenWindow(0, 3))
+    store.log.clear()
+    assert stores.load(0, "k") == (KeyState(4, confirmed=4), SeenWindow(0, 3))
+    assert store.log == []  # no lookup
+
+
+slots = st.tuples(st.integers(0, 1), st.sampled_from(["a", "b", "c", "d"]))
+ops = st.lists(
+    st.one_of(
+        st.tuples(st.sampled_from(["save", "confirm", "recovered"]), slots, st.integers(1, 50)),
+        st.tuples(st.sampled_from(["load", "settle"]), slots, st.just(0)),
+    ),
+    max_size=40,
+)
+
+
+@given(ops, st.integers(1, 3))
+def test_loads_give_the_newest_state_and_the_store_lags_only_by_confirmations(
+    script: list[tuple[str, tuple[int, str], int]], keep: int
+) -> None:
+    """Against a model: a load gives the newest state, whatever was kept or
+    dropped; the store holds it too, or lags by confirmations not yet
+    written (by the key's next step, ``settle``, or when a full memory is
+    dropped); a recovery replaces both."""
+    store = MemoryStore()
+    stores = Stores(store, keep=keep)
+    newest: dict[tuple[int, str], tuple[KeyState, SeenWindow]] = {}
+    possible: dict[tuple[int, str], list[tuple[KeyState, SeenWindow]]] = {}  # in the store
+    pending: set[tuple[int, str]] = set()  # confirmed since written
+    for op, (p, k), n in script:
+        slot = (p, k)
+        if op == "save":
+            newest[slot] = (KeyState(next_expected=n), SeenWindow(0, n))
+            stores.save(p, k, Step(newest[slot][0]), newest[slot][1])
+            possible[slot] = [newest[slot]]
+            pending.discard(slot)
+        elif op == "confirm":
+            before = newest.get(slot, (KeyState(), SeenWindow()))
+            newest[slot] = (KeyState(before[0].next_expected, confirmed=n), before[1])
+            stores.confirm(p, k, Step(newest[slot][0]), newest[slot][1])
+            possible.setdefault(slot, [before]).append(newest[slot])
+            pending.add(slot)
+        elif op == "settle":
+            stores.settle({p})
+            for s in pending:
+                if s[0] == p:
+                    assert stored(store, *s) == newest[s]
+                    possible[s] = [newest[s]]
+            pending.clear()  # other partitions' are dropped (another worker's now)
+        elif op == "recovered":  # another owner's state replayed into the store
+            store.put(
+                p, codecs.key_state_key(k), codecs.encode_key_state(KeyState(n), SeenWindow())
+            )
+            stores.forget_cached()
+            newest[slot] = stored(store, p, k)
+            newest = {s: stored(store, *s) for s in newest}
+            possible = {s: [want] for s, want in newest.items()}
+            pending.clear()
+        assert len(stores._states) <= keep
+        for s, want in newest.items():
+            assert stores.load(*s) == want
+            assert stored(store, *s) in possible[s]
