@@ -58,7 +58,7 @@ slots = st.tuples(st.integers(0, 1), st.sampled_from(["a", "b", "c", "d"]))
 ops = st.lists(
     st.one_of(
         st.tuples(st.sampled_from(["save", "confirm", "recovered"]), slots, st.integers(1, 50)),
-        st.tuples(st.sampled_from(["load", "settle"]), slots, st.just(0)),
+        st.tuples(st.sampled_from(["load", "stop", "reassigned"]), slots, st.just(0)),
     ),
     max_size=40,
 )
@@ -70,8 +70,8 @@ def test_loads_give_the_newest_state_and_the_store_lags_only_by_confirmations(
 ) -> None:
     """Against a model: a load gives the newest state, whatever was kept or
     dropped; the store holds it too, or lags by confirmations not yet
-    written (by the key's next step, ``settle``, or when a full memory is
-    dropped); a recovery replaces both."""
+    written (by the key's next step, ``settle`` at a clean stop or a
+    rebalance, or when a full memory is dropped); a recovery replaces both."""
     store = MemoryStore()
     stores = Stores(store, keep=keep)
     newest: dict[tuple[int, str], tuple[KeyState, SeenWindow]] = {}
@@ -90,13 +90,18 @@ def test_loads_give_the_newest_state_and_the_store_lags_only_by_confirmations(
             stores.confirm(p, k, Step(newest[slot][0]), newest[slot][1])
             possible.setdefault(slot, [before]).append(newest[slot])
             pending.add(slot)
-        elif op == "settle":
+        elif op == "stop":  # a clean stop writes every confirmation
+            stores.settle()
+            assert all(stored(store, *s) == newest[s] for s in newest)
+            possible = {s: [want] for s, want in newest.items()}
+            pending.clear()
+        elif op == "reassigned":  # keeps partition p only (on_assigned)
             stores.settle({p})
-            for s in pending:
-                if s[0] == p:
-                    assert stored(store, *s) == newest[s]
-                    possible[s] = [newest[s]]
-            pending.clear()  # other partitions' are dropped (another worker's now)
+            stores.forget_cached()
+            assert all(stored(store, *s) == newest[s] for s in pending if s[0] == p)
+            newest = {s: stored(store, *s) for s in newest}  # the others' lag stays
+            possible = {s: [want] for s, want in newest.items()}
+            pending.clear()
         elif op == "recovered":  # another owner's state replayed into the store
             store.put(
                 p, codecs.key_state_key(k), codecs.encode_key_state(KeyState(n), SeenWindow())
