@@ -288,12 +288,17 @@ class OrderedTopology(OutboxOwner):
     def to_confirm(self, partition: int, key: str, upto: int, emitted: Iterable[Emission]) -> None:
         """Note in the outbox what its production will confirm for ``key``:
         output durable up to ``upto``, and the messages released."""
+        confirms = self.outbox.confirms
         slot = (partition, key)
-        noted = self.outbox.confirms.get(slot)
+        noted = confirms.get(slot)
         if noted is None:
-            noted = self.outbox.confirms[slot] = Confirm(upto)
-        noted.upto = upto
-        noted.released.extend(e.seq for e in emitted if type(e) is Message)
+            noted = confirms[slot] = Confirm(upto)
+        else:
+            noted.upto = upto
+        released = noted.released
+        for e in emitted:
+            if type(e) is Message:
+                released.append(e.seq)
 
     def save_index(self) -> None:
         """At a clean stop, once the outputs are confirmed: name per owned
