@@ -20,6 +20,7 @@ Families:
 from __future__ import annotations
 
 import struct
+from typing import Any
 
 import orjson
 
@@ -98,8 +99,16 @@ def decode_seen_position(raw: bytes) -> tuple[str, float]:
     return raw[8:].decode("utf-8"), float(_TIME.unpack(raw[:8])[0])
 
 
+def compact_json(doc: Any) -> bytes:
+    """``orjson.dumps(doc)`` in a bytes object of its own size: orjson's
+    result keeps a 4 KiB allocation however short it is, and the changelog
+    queue holds every state written in an outbox cycle (100,000 queued key
+    states took 409 MB instead of 7)."""
+    return bytes(memoryview(orjson.dumps(doc)))
+
+
 def encode_key_state(state: KeyState, window: SeenWindow) -> bytes:
-    return orjson.dumps(
+    return compact_json(
         [
             state.next_expected,
             state.buffered,

@@ -29,6 +29,7 @@ import orjson
 
 from processors.command import Entity, Outgoing, Receipt
 from state.base import PartitionStore
+from state.codecs import compact_json
 
 _TIME = struct.Struct(">d")
 
@@ -50,7 +51,7 @@ def pending_key(entity: str) -> bytes:
 
 
 def encode_entity(entity: Entity) -> bytes:
-    return orjson.dumps(
+    return compact_json(
         [
             entity.version,
             entity.state,
@@ -74,7 +75,7 @@ def encode_receipt(receipt: Receipt) -> bytes:
     doc: dict[str, Any] = asdict(receipt)
     doc["reply"] = None if receipt.reply is None else receipt.reply.to_json()
     doc["value"] = None if receipt.value is None else receipt.value.decode("utf-8")
-    return orjson.dumps(doc)
+    return compact_json(doc)
 
 
 def decode_receipt(raw: bytes | None) -> Receipt | None:

@@ -1,3 +1,4 @@
+import orjson
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -74,3 +75,20 @@ def buffer_of_k(seqs: set[int]) -> ReorderBuffer:
 def test_first_after_seeks_within_the_key(seqs: set[int], after: int) -> None:
     expected = min((s for s in seqs if s > after), default=None)
     assert buffer_of_k(seqs).first_after(after) == expected
+
+
+def test_encoded_states_hold_no_more_memory_than_their_size() -> None:
+    """orjson's own result keeps a 4 KiB allocation; the changelog queue
+    holds thousands of encoded states per outbox cycle (the restart bench's
+    worker peaked at 639 MB with them)."""
+    import tracemalloc
+
+    state, window = KeyState(7, 1, 2.5, ((3, 4),), 5), SeenWindow(1, 9)
+    tracemalloc.start()
+    try:
+        held = [codecs.encode_key_state(state, window) for _ in range(1000)]
+        size, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert held[0] == orjson.dumps([7, 1, 2.5, [[3, 4]], 1, 9, 5])
+    assert size < 1000 * 200  # ~100 bytes each, not 4 KiB
