@@ -108,8 +108,8 @@ class SeenIds:
         return entry
 
 
-#: Decoded key states :class:`Stores` keeps (all are dropped, once written
-#: back, when there are more).
+#: Decoded key states :class:`Stores` keeps (when there are more, the
+#: confirmations only in memory are written and all are dropped).
 KEY_STATES_KEPT = 100_000
 
 Slot = tuple[int, str]  # (partition, key)
@@ -122,12 +122,16 @@ class Stores:
     state: PartitionStore
     keep: int = KEY_STATES_KEPT
     #: decoded key states, as last written or read
-    _states: dict[Slot, tuple[KeyState, SeenWindow]] = field(default_factory=dict, init=False)
+    _states: dict[Slot, tuple[KeyState, SeenWindow]] = field(
+        default_factory=dict, init=False, repr=False
+    )
     #: per key, the FIFO entry last read inside its window (the head, checked
     #: for age on every accept); such an entry never changes until forgotten
-    _heads: dict[Slot, tuple[int, tuple[str, float]]] = field(default_factory=dict, init=False)
+    _heads: dict[Slot, tuple[int, tuple[str, float]]] = field(
+        default_factory=dict, init=False, repr=False
+    )
     #: keys whose confirmation is only in memory so far (:meth:`confirm`)
-    _unwritten: set[Slot] = field(default_factory=set, init=False)
+    _unwritten: set[Slot] = field(default_factory=set, init=False, repr=False)
 
     def load(self, partition: int, key: str) -> tuple[KeyState, SeenWindow]:
         slot = (partition, key)
