@@ -119,23 +119,22 @@ class FaustRocksStore:
         self._db(partition).delete(MARK_KEY)
         self._marked.discard(partition)
 
-    def put(self, partition: int, key: bytes, value: bytes) -> None:
+    def _changing(self, partition: int, record: Record) -> Any:
+        """The partition's DB, for a write whose changelog record is queued
+        here (the write voids the mark)."""
         if self._marked and partition in self._marked:
             self._unmark(partition)
-        self._db(partition).put(key, value)
         queue = self._queued.get(partition)
         if queue is None:
             queue = self._queued[partition] = []
-        queue.append((key, value, ()))
+        queue.append(record)
+        return self._db(partition)
+
+    def put(self, partition: int, key: bytes, value: bytes) -> None:
+        self._changing(partition, (key, value, ())).put(key, value)
 
     def delete(self, partition: int, key: bytes) -> None:
-        if self._marked and partition in self._marked:
-            self._unmark(partition)
-        self._db(partition).delete(key)
-        queue = self._queued.get(partition)
-        if queue is None:
-            queue = self._queued[partition] = []
-        queue.append((key, None, ()))
+        self._changing(partition, (key, None, ())).delete(key)
 
     def seek(self, partition: int, start: bytes, prefix: bytes) -> tuple[bytes, bytes] | None:
         it = self._db(partition).iter()

@@ -74,7 +74,7 @@ class SeenIds:
         partition: int,
         key: str,
         window: SeenWindow,
-        heads: dict[tuple[int, str], tuple[int, tuple[str, float]]] | None = None,
+        heads: dict[tuple[int, str], tuple[int, tuple[str, float]]],
     ) -> None:
         self._store = store
         self._partition = partition
@@ -94,15 +94,14 @@ class SeenIds:
 
     def at(self, position: int) -> tuple[str, float] | None:
         heads = self._heads
-        if heads is not None:
-            known = heads.get((self._partition, self._key))
-            if known is not None and known[0] == position:
-                return known[1]
+        known = heads.get((self._partition, self._key))
+        if known is not None and known[0] == position:
+            return known[1]
         raw = self._store.get(self._partition, codecs.seen_position_key(self._key, position))
         if raw is None:
             return None
         entry = codecs.decode_seen_position(raw)
-        if heads is not None and self._window.head <= position < self._window.tail:
+        if self._window.head <= position < self._window.tail:
             # (an entry outside the window may be a crash's left-over, rewritten later)
             heads[(self._partition, self._key)] = (position, entry)
         return entry
@@ -169,6 +168,10 @@ class Stores:
         self._heads.clear()
         self._unwritten.clear()
 
+    def _delete_buffered(self, partition: int, key: str, seqs: tuple[int, ...]) -> None:
+        for seq in seqs:
+            self.state.delete(partition, codecs.buffer_key(key, seq))
+
     def _put_state(self, partition: int, key: str, state: KeyState, window: SeenWindow) -> None:
         self.state.put(partition, codecs.key_state_key(key), codecs.encode_key_state(state, window))
         slot = (partition, key)
@@ -204,15 +207,13 @@ class Stores:
                 store.put(partition, codecs.seen_id_key(key, mid), codecs.encode_seen_id(seen))
         if step.buffer_put is not None:
             store.put(partition, codecs.buffer_key(key, step.buffer_put.seq), step.buffer_put.value)
-        for seq in step.buffer_deletes:  # before the state (see above)
-            store.delete(partition, codecs.buffer_key(key, seq))
+        self._delete_buffered(partition, key, step.buffer_deletes)  # before the state
         self._put_state(partition, key, step.state, window)
 
     def confirm(self, partition: int, key: str, step: Step, window: SeenWindow) -> None:
         """Persist a confirmation: the buffer deletions now, the new state in
         memory (written with the key's next step, or by :meth:`settle`)."""
-        for seq in step.buffer_deletes:
-            self.state.delete(partition, codecs.buffer_key(key, seq))
+        self._delete_buffered(partition, key, step.buffer_deletes)
         slot = (partition, key)
         self._keep(slot, (step.state, window))
         self._unwritten.add(slot)
