@@ -8,8 +8,12 @@ Engines: :mod:`state.memory` (tests, no broker) and :mod:`state.rocksdb`
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Protocol
+
+#: One write: (key, value, no headers); a ``None`` value deletes the key.
+#: The same tuple is the changelog record a changelogged store produces.
+Change = tuple[bytes, bytes | None, tuple[()]]
 
 
 class PartitionStore(Protocol):
@@ -20,6 +24,10 @@ class PartitionStore(Protocol):
     def put(self, partition: int, key: bytes, value: bytes) -> None: ...
 
     def delete(self, partition: int, key: bytes) -> None: ...
+
+    def write(self, partition: int, changes: Sequence[Change]) -> None:
+        """Apply ``changes`` in order (one step's writes: one call)."""
+        ...
 
     def mark(self, partition: int, value: bytes) -> None:
         """Keep ``value`` with the partition's local state only (never

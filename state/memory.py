@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import bisect
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+
+from state.base import Change
 
 
 class MemoryStore:
@@ -35,6 +37,13 @@ class MemoryStore:
         if self._data[partition].pop(key, None) is not None:
             keys = self._keys[partition]
             del keys[bisect.bisect_left(keys, key)]
+
+    def write(self, partition: int, changes: Sequence[Change]) -> None:
+        for key, value, _ in changes:
+            if value is None:
+                self.delete(partition, key)
+            else:
+                self.put(partition, key, value)
 
     def seek(self, partition: int, start: bytes, prefix: bytes) -> tuple[bytes, bytes] | None:
         keys = self._keys[partition]

@@ -18,11 +18,12 @@ output, so no output is ever on the broker before the state behind it.
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from faust.types import TP
 
+from state.base import Change
 from state.producer import BatchProducer, Record
 
 #: Where :meth:`FaustRocksStore.mark` keeps its value in a partition's
@@ -119,22 +120,35 @@ class FaustRocksStore:
         self._db(partition).delete(MARK_KEY)
         self._marked.discard(partition)
 
-    def _changing(self, partition: int, record: Record) -> Any:
-        """The partition's DB, for a write whose changelog record is queued
-        here (the write voids the mark)."""
+    def _changing(self, partition: int) -> tuple[list[Record], Any]:
+        """The partition's changelog queue and DB, for writes whose records
+        are queued here (a write voids the mark)."""
         if self._marked and partition in self._marked:
             self._unmark(partition)
         queue = self._queued.get(partition)
         if queue is None:
             queue = self._queued[partition] = []
-        queue.append(record)
-        return self._db(partition)
+        return queue, self._db(partition)
 
     def put(self, partition: int, key: bytes, value: bytes) -> None:
-        self._changing(partition, (key, value, ())).put(key, value)
+        queue, db = self._changing(partition)
+        queue.append((key, value, ()))
+        db.put(key, value)
 
     def delete(self, partition: int, key: bytes) -> None:
-        self._changing(partition, (key, None, ())).delete(key)
+        queue, db = self._changing(partition)
+        queue.append((key, None, ()))
+        db.delete(key)
+
+    def write(self, partition: int, changes: Sequence[Change]) -> None:
+        queue, db = self._changing(partition)
+        queue.extend(changes)
+        put, delete = db.put, db.delete
+        for key, value, _ in changes:
+            if value is None:
+                delete(key)
+            else:
+                put(key, value)
 
     def seek(self, partition: int, start: bytes, prefix: bytes) -> tuple[bytes, bytes] | None:
         it = self._db(partition).iter()

@@ -36,28 +36,27 @@ from processors.deduplicator import DedupDecision, Seen, SeenWindow
 from processors.envelope import Message, parse
 from processors.resequencer import KeyState, Step
 from state import codecs
-from state.base import PartitionStore
+from state.base import Change, PartitionStore
 
 
 class ReorderBuffer:
-    """One key's reorder buffer (a ``BufferLookup``)."""
+    """One key's reorder buffer (a ``BufferLookup``); made for every
+    record, used by few (nothing is looked up while nothing waits)."""
 
-    __slots__ = ("_store", "_partition", "_key", "_kbytes", "_prefix")
+    __slots__ = ("_store", "_partition", "_key")
 
     def __init__(self, store: PartitionStore, partition: int, key: str) -> None:
         self._store = store
         self._partition = partition
         self._key = key
-        self._kbytes = key.encode("utf-8")
-        self._prefix = codecs.buffer_prefix(key)
 
     def get(self, seq: int) -> Message | None:
         raw = self._store.get(self._partition, codecs.buffer_key(self._key, seq))
-        return None if raw is None else parse(self._kbytes, raw)
+        return None if raw is None else parse(self._key.encode("utf-8"), raw)
 
     def first_after(self, seq: int) -> int | None:
         found = self._store.seek(
-            self._partition, codecs.buffer_key(self._key, seq + 1), self._prefix
+            self._partition, codecs.buffer_key(self._key, seq + 1), codecs.buffer_prefix(self._key)
         )
         return None if found is None else codecs.buffer_seq(found[0])
 
@@ -156,7 +155,7 @@ class Stores:
             partition, key = slot
             if partitions is None or partition in partitions:
                 state, window = self._states[slot]
-                self._put_state(partition, key, state, window)
+                self.state.write(partition, [self._state_change(partition, key, state, window)])
                 written += 1
         self._unwritten.clear()  # the others: another worker's partitions now
         return written
@@ -168,16 +167,15 @@ class Stores:
         self._heads.clear()
         self._unwritten.clear()
 
-    def _delete_buffered(self, partition: int, key: str, seqs: tuple[int, ...]) -> None:
-        for seq in seqs:
-            self.state.delete(partition, codecs.buffer_key(key, seq))
-
-    def _put_state(self, partition: int, key: str, state: KeyState, window: SeenWindow) -> None:
-        self.state.put(partition, codecs.key_state_key(key), codecs.encode_key_state(state, window))
+    def _state_change(
+        self, partition: int, key: str, state: KeyState, window: SeenWindow
+    ) -> Change:
+        """The write of a key's new state (kept in memory from now on)."""
         slot = (partition, key)
         self._keep(slot, (state, window))
         if self._unwritten:
             self._unwritten.discard(slot)
+        return codecs.key_state_key(key), codecs.encode_key_state(state, window), ()
 
     def buffer(self, partition: int, key: str) -> ReorderBuffer:
         return ReorderBuffer(self.state, partition, key)
@@ -193,27 +191,37 @@ class Stores:
         window: SeenWindow,
         decision: DedupDecision | None = None,
     ) -> None:
-        """Persist a step (and the dedup decision that admitted its message)."""
-        store = self.state
+        """Persist a step (and the dedup decision that admitted its message),
+        in one write: deletions of forgotten ids, the new seen id, the buffer
+        changes, the key state last."""
+        changes: list[Change] = []
         if decision is not None:
-            self._forget_ids(partition, key, decision.forget)
+            if decision.forget:
+                _forget_ids(changes, key, decision.forget)
             if decision.remember is not None:
                 mid, seen = decision.remember
-                store.put(
-                    partition,
-                    codecs.seen_position_key(key, seen.position),
-                    codecs.encode_seen_position(mid, seen.accepted_at),
+                changes.append(
+                    (
+                        codecs.seen_position_key(key, seen.position),
+                        codecs.encode_seen_position(mid, seen.accepted_at),
+                        (),
+                    )
                 )
-                store.put(partition, codecs.seen_id_key(key, mid), codecs.encode_seen_id(seen))
+                changes.append((codecs.seen_id_key(key, mid), codecs.encode_seen_id(seen), ()))
         if step.buffer_put is not None:
-            store.put(partition, codecs.buffer_key(key, step.buffer_put.seq), step.buffer_put.value)
-        self._delete_buffered(partition, key, step.buffer_deletes)  # before the state
-        self._put_state(partition, key, step.state, window)
+            changes.append((codecs.buffer_key(key, step.buffer_put.seq), step.buffer_put.value, ()))
+        for seq in step.buffer_deletes:  # before the state
+            changes.append((codecs.buffer_key(key, seq), None, ()))
+        changes.append(self._state_change(partition, key, step.state, window))
+        self.state.write(partition, changes)
 
     def confirm(self, partition: int, key: str, step: Step, window: SeenWindow) -> None:
         """Persist a confirmation: the buffer deletions now, the new state in
         memory (written with the key's next step, or by :meth:`settle`)."""
-        self._delete_buffered(partition, key, step.buffer_deletes)
+        if step.buffer_deletes:
+            self.state.write(
+                partition, [(codecs.buffer_key(key, seq), None, ()) for seq in step.buffer_deletes]
+            )
         slot = (partition, key)
         self._keep(slot, (step.state, window))
         self._unwritten.add(slot)
@@ -227,15 +235,10 @@ class Stores:
         forget: tuple[tuple[int, str], ...],
     ) -> None:
         """Persist a sweep: ``forget`` (position, id) and the new window."""
-        self._forget_ids(partition, key, forget)
-        self._put_state(partition, key, state, window)
-
-    def _forget_ids(self, partition: int, key: str, forget: tuple[tuple[int, str], ...]) -> None:
-        """Delete forgotten seen ids (before the key state: forgetting early
-        is harmless)."""
-        for position, forgotten in forget:
-            self.state.delete(partition, codecs.seen_id_key(key, forgotten))
-            self.state.delete(partition, codecs.seen_position_key(key, position))
+        changes: list[Change] = []
+        _forget_ids(changes, key, forget)
+        changes.append(self._state_change(partition, key, state, window))
+        self.state.write(partition, changes)
 
     def save_index(self, partition: int, keys: list[str], buffered: int) -> None:
         """Remember, with the partition's local state, which keys the next
@@ -264,3 +267,11 @@ class Stores:
             kept = states.get((partition, key))
             state, window = codecs.decode_key_state(raw) if kept is None else kept
             yield key, state, window
+
+
+def _forget_ids(changes: list[Change], key: str, forget: tuple[tuple[int, str], ...]) -> None:
+    """Delete forgotten seen ids (before the key state: forgetting early is
+    harmless)."""
+    for position, forgotten in forget:
+        changes.append((codecs.seen_id_key(key, forgotten), None, ()))
+        changes.append((codecs.seen_position_key(key, position), None, ()))
