@@ -41,7 +41,7 @@ from processors.dead_letter import dead_letter_headers
 from processors.envelope import InvalidMessage
 from seqkeeper.settings import Settings
 from state.commands import CommandStore
-from state.faust_glue import ack_batch, batch_source, current, raw_table
+from state.faust_glue import ack_batch, batch_source, current, raw_table, seconds
 from state.rocksdb import FaustRocksStore
 from topologies.shell import (
     Batch,
@@ -301,13 +301,15 @@ def build_app(settings: Settings, registry: Registry | None = None) -> faust.App
 
     @app.agent(batch_source(app, source))
     async def handle(stream: Any) -> None:
-        async for messages in stream:  # one list per fetch (state.faust_glue)
-            if not current(app, messages):
+        async for fetched in stream:  # one Fetched per fetch (state.faust_glue)
+            if not current(app, fetched):
                 continue
             on_record, wall = topology.on_record, time.time()
-            for m in messages:
-                on_record(m.partition, m.offset, m.key, m.value, m.headers, m.timestamp, wall)
-            ack_batch(app, messages)
+            for tp, records in fetched.partitions:
+                p = tp.partition
+                for r in records:
+                    on_record(p, r.offset, r.key, r.value, r.headers, seconds(r.timestamp), wall)
+            ack_batch(app, fetched.partitions)
             await relieve(app, topology, settings.outbox_max)
 
     @app.timer(settings.timer_interval)

@@ -49,7 +49,7 @@ from processors.dead_letter import dead_letter_headers
 from processors.envelope import InvalidMessage, Message, Reason, parse
 from processors.resequencer import Emission, GapSkipped, KeyState, Step
 from seqkeeper.settings import Settings
-from state.faust_glue import ack_batch, batch_source, current, raw_table
+from state.faust_glue import ack_batch, batch_source, current, raw_table, seconds
 from state.rocksdb import FaustRocksStore
 from state.stores import Stores
 from state.timers import GapTimers
@@ -429,13 +429,15 @@ def build_app(settings: Settings) -> faust.App:
 
     @app.agent(batch_source(app, source))
     async def resequence(stream: Any) -> None:
-        async for messages in stream:  # one list per fetch (state.faust_glue)
-            if not current(app, messages):
+        async for fetched in stream:  # one Fetched per fetch (state.faust_glue)
+            if not current(app, fetched):
                 continue
             on_record, wall = topology.on_record, time.time()
-            for m in messages:
-                on_record(m.partition, m.offset, m.key, m.value, m.timestamp, wall)
-            ack_batch(app, messages)
+            for tp, records in fetched.partitions:
+                p = tp.partition
+                for r in records:
+                    on_record(p, r.offset, r.key, r.value, seconds(r.timestamp), wall)
+            ack_batch(app, fetched.partitions)
             await relieve(app, topology, settings.outbox_max)
 
     @app.timer(settings.timer_interval)

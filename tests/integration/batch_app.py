@@ -1,5 +1,5 @@
 """A minimal Faust app on a batch source (run by test_batch_source.py):
-writes each fetched list's (partition, offset) pairs as one JSON line, and
+writes each fetch's (partition, offset) pairs as one JSON line, and
 acknowledges every record except those of partition 0 from offset HOLD on."""
 
 from __future__ import annotations
@@ -26,12 +26,19 @@ hold = int(env("BATCH_HOLD"))
 
 @app.agent(batch_source(app, source))
 async def consume(stream: Any) -> None:
-    async for messages in stream:
-        if not current(app, messages):
+    async for fetched in stream:
+        if not current(app, fetched):
             continue
+        pairs = [(tp.partition, r.offset) for tp, records in fetched.partitions for r in records]
         with open(env("BATCH_OUT"), "ab") as out:
-            out.write(orjson.dumps([(m.partition, m.offset) for m in messages]) + b"\n")
-        ack_batch(app, [m for m in messages if m.partition != 0 or m.offset < hold])
+            out.write(orjson.dumps(pairs) + b"\n")
+        ack_batch(
+            app,
+            [
+                (tp, [r for r in records if tp.partition != 0 or r.offset < hold])
+                for tp, records in fetched.partitions
+            ],
+        )
 
 
 if __name__ == "__main__":
