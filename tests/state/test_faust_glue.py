@@ -13,7 +13,10 @@ import logging
 from collections import namedtuple
 from typing import Any
 
+from faust.transport import consumer as faust_consumer
 from faust.types import TP
+from hypothesis import given
+from hypothesis import strategies as st
 
 from state.faust_glue import HighwaterConsumer
 
@@ -92,3 +95,50 @@ def test_no_fetch_without_active_partitions() -> None:
     thread.arrived.set()
     assert asyncio.run(consumer(thread, set())._getmany(set(), 1.0)) == {}
     assert thread.calls == []
+
+
+class Topics:
+    def acks_enabled_for(self, topic: str) -> bool:
+        return topic != "no-acks"
+
+
+class Msg:
+    """What Faust's ``Consumer.ack`` reads of a message."""
+
+    def __init__(self, tp: TP, offset: int) -> None:
+        self.tp, self.topic, self.offset, self.acked = tp, tp.topic, offset, False
+
+
+def bookkeeping(committed: int | None) -> Any:
+    from collections import defaultdict
+    from types import SimpleNamespace
+    from weakref import WeakSet
+
+    c: Any = object.__new__(HighwaterConsumer)
+    c.app = SimpleNamespace(topics=Topics())
+    c._committed_offset = defaultdict(lambda: committed)
+    c._acked, c._acked_index, c._n_acked = defaultdict(list), defaultdict(set), 0
+    c._unacked_messages, c._waiting_for_ack = WeakSet(), None
+    return c
+
+
+@given(
+    st.lists(st.lists(st.integers(0, 30), max_size=12), max_size=4),
+    st.none() | st.integers(0, 20),
+    st.sampled_from(["in", "no-acks"]),
+)
+def test_acking_a_fetch_at_once_keeps_fausts_bookkeeping(
+    batches: list[list[int]], committed: int | None, topic: str
+) -> None:
+    """ack_records over fetched batches = Faust's ack of each record."""
+    tp = TP(topic, 0)
+    ours, fausts = bookkeeping(committed), bookkeeping(committed)
+    for offsets in batches:
+        ours.ack_records(tp, [Rec(o) for o in offsets])
+        for o in offsets:
+            faust_consumer.Consumer.ack(fausts, Msg(tp, o))
+    for book in ("_acked", "_acked_index"):  # (defaultdicts: compare what they hold)
+        assert {k: v for k, v in getattr(ours, book).items() if v} == {
+            k: v for k, v in getattr(fausts, book).items() if v
+        }
+    assert ours._n_acked == fausts._n_acked
