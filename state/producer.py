@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -79,21 +80,25 @@ class BatchProducer:
         acknowledged; the offset of each partition's last record."""
         producer = self._producer()
         waits: list[tuple[tuple[str, int], Any, int]] = []
+        millis = int(time.time() * 1000)  # one timestamp per call
         for (topic, partition), items in records.items():
             if not items:
                 continue
             batch, count = producer.create_batch(), 0
+            # aiokafka's own builder (BatchBuilder.append wraps it in checks
+            # and serializers we do not use, and reads the clock per record)
+            append = batch._builder.append
             for key, value, headers in items:
                 # a batch always takes its first record, whatever its size
-                if (
-                    batch.append(timestamp=None, key=key, value=value, headers=list(headers))
-                    is None
-                ):
+                if append(count, millis, key, value, headers) is None:
+                    batch._relative_offset = count
                     fut = await producer.send_batch(batch, topic, partition=partition)
                     waits.append(((topic, partition), fut, count))
                     batch, count = producer.create_batch(), 0
-                    batch.append(timestamp=None, key=key, value=value, headers=list(headers))
+                    append = batch._builder.append
+                    append(count, millis, key, value, headers)
                 count += 1
+            batch._relative_offset = count
             fut = await producer.send_batch(batch, topic, partition=partition)
             waits.append(((topic, partition), fut, count))
         results = await asyncio.gather(*(fut for _, fut, _ in waits))

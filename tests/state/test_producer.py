@@ -1,12 +1,16 @@
 """BatchProducer picks the partition aiokafka's default partitioner picks
-(so records keep their key -> partition mapping when sent as batches)."""
+(so records keep their key -> partition mapping when sent as batches), and
+its batches hold exactly the records given, in order."""
 
 from __future__ import annotations
 
 import asyncio
 from types import SimpleNamespace
+from typing import Any
 
 from aiokafka.partitioner import DefaultPartitioner
+from aiokafka.producer.message_accumulator import BatchBuilder
+from aiokafka.record.default_records import DefaultRecordBatch
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -44,3 +48,46 @@ def test_remembered_partitions_stay_right_when_the_memory_starts_over(monkeypatc
     keys = [b"k%d" % i for i in range(10)]
     for key in keys + keys:
         assert pick(key) == default(key, everything, everything)
+
+
+class Sent:
+    """A producer that keeps the batches it is given (base offset 0 each)."""
+
+    def __init__(self, batch_size: int) -> None:
+        self.batch_size = batch_size
+        self.batches: list[tuple[str, int, Any]] = []
+
+    def create_batch(self) -> BatchBuilder:
+        return BatchBuilder(self.batch_size, 0)
+
+    async def send_batch(self, batch: BatchBuilder, topic: str, *, partition: int) -> Any:
+        self.batches.append((topic, partition, batch))
+        done = asyncio.get_running_loop().create_future()
+        done.set_result(SimpleNamespace(offset=100 * len(self.batches)))
+        return done
+
+
+record = st.tuples(
+    st.none() | st.binary(max_size=30),
+    st.binary(max_size=300),
+    st.lists(st.tuples(st.text(max_size=5), st.binary(max_size=5)), max_size=2),
+)
+
+
+@given(st.lists(record, min_size=1, max_size=40), st.integers(200, 2000))
+def test_batches_hold_every_record_in_order_and_count_them(
+    records: list[tuple[bytes | None, bytes, list[tuple[str, bytes]]]], batch_size: int
+) -> None:
+    """Records appended straight to aiokafka's builder: full batches are
+    sent and a new one started; each batch counts its records (aiokafka
+    reads ``record_count``) and reads back as written."""
+    sent = Sent(batch_size)
+    last = asyncio.run(BatchProducer(lambda: sent).send({("t", 3): records}))
+    got = []
+    for topic, partition, batch in sent.batches:
+        assert (topic, partition) == ("t", 3)
+        read = list(DefaultRecordBatch(bytearray(batch._build())))
+        assert batch.record_count() == len(read) > 0
+        got += [(r.key, r.value, [tuple(h) for h in r.headers]) for r in read]
+    assert got == [(k, v, [tuple(h) for h in hs]) for k, v, hs in records]
+    assert last == {("t", 3): 100 * len(sent.batches) + sent.batches[-1][2].record_count() - 1}
