@@ -26,6 +26,7 @@ from aiokafka.partitioner import murmur2
 PICKS_REMEMBERED = 100_000
 
 Header = tuple[str, bytes]
+_NO_HEADERS: list[Header] = []  # read only
 Record = tuple[bytes | None, bytes | None, Sequence[Header]]
 
 
@@ -90,6 +91,7 @@ class BatchProducer:
             append = batch._builder.append
             for key, value, headers in items:
                 # a batch always takes its first record, whatever its size
+                headers = list(headers) if headers else _NO_HEADERS  # (it takes lists only)
                 if append(count, millis, key, value, headers) is None:
                     batch._relative_offset = count
                     fut = await producer.send_batch(batch, topic, partition=partition)
