@@ -11,7 +11,7 @@ entries sort numerically (RocksDB range scans and seeks).
 
 Families:
 
-* ``s`` + key -> the key state (:func:`encode_key_state`)
+* ``s`` + key -> the key state (:func:`encode_key_state`, packed)
 * ``b`` + key + seq -> the original message bytes (the reorder buffer)
 * ``i`` + key + messageId -> FIFO position, time, input offset (seen ids)
 * ``p`` + key + position -> time and messageId (the seen ids' FIFO)
@@ -107,28 +107,52 @@ def compact_json(doc: Any) -> bytes:
     return bytes(memoryview(orjson.dumps(doc)))
 
 
+#: Key state layout: a version byte (JSON, the first layout, starts with
+#: ``[``), which of the optional fields are absent, the fields, then the
+#: skipped ranges. Written for every step, so it is packed, not JSON.
+_STATE = struct.Struct(">BBQQdQQQH")
+_STATE_V2 = 2
+_RANGE = struct.Struct(">QQ")
+_NO_NEXT, _NO_GAP, _NO_CONFIRMED = 1, 2, 4
+
+
 def encode_key_state(state: KeyState, window: SeenWindow) -> bytes:
-    return compact_json(
-        [
-            state.next_expected,
-            state.buffered,
-            state.gap_since,
-            state.skipped,
-            window.head,
-            window.tail,
-            state.confirmed,
-        ]
+    nxt, gap_since, confirmed = state.next_expected, state.gap_since, state.confirmed
+    flags = (
+        (_NO_NEXT if nxt is None else 0)
+        | (_NO_GAP if gap_since is None else 0)
+        | (_NO_CONFIRMED if confirmed is None else 0)
     )
+    skipped = state.skipped
+    raw = _STATE.pack(
+        _STATE_V2,
+        flags,
+        nxt or 0,
+        state.buffered,
+        gap_since or 0.0,
+        window.head,
+        window.tail,
+        confirmed or 0,
+        len(skipped),
+    )
+    if skipped:
+        raw += b"".join([_RANGE.pack(a, b) for a, b in skipped])
+    return raw
 
 
 def decode_key_state(raw: bytes | None) -> tuple[KeyState, SeenWindow]:
     if raw is None:
         return KeyState(), SeenWindow()
-    nxt, buffered, gap_since, skipped, head, tail, confirmed = orjson.loads(raw)
-    return (
-        KeyState(nxt, buffered, gap_since, tuple((a, b) for a, b in skipped), confirmed),
-        SeenWindow(head, tail),
-    )
+    if raw[:1] == b"[":  # the first layout
+        nxt, buffered, gap_since, skipped, head, tail, confirmed = orjson.loads(raw)
+        ranges = tuple((a, b) for a, b in skipped)
+    else:
+        _, flags, nxt, buffered, gap_since, head, tail, confirmed, n = _STATE.unpack_from(raw)
+        ranges = tuple(_RANGE.iter_unpack(raw[_STATE.size : _STATE.size + n * _RANGE.size]))
+        nxt = None if flags & _NO_NEXT else nxt
+        gap_since = None if flags & _NO_GAP else gap_since
+        confirmed = None if flags & _NO_CONFIRMED else confirmed
+    return KeyState(nxt, buffered, gap_since, ranges, confirmed), SeenWindow(head, tail)
 
 
 def describe(store_key: bytes, value: bytes) -> tuple[str, str, str | None, str]:
