@@ -120,28 +120,21 @@ class FaustRocksStore:
         self._db(partition).delete(MARK_KEY)
         self._marked.discard(partition)
 
-    def _changing(self, partition: int) -> tuple[list[Record], Any]:
-        """The partition's changelog queue and DB, for writes whose records
-        are queued here (a write voids the mark)."""
+    def put(self, partition: int, key: bytes, value: bytes) -> None:
+        self.write(partition, ((key, value, ()),))
+
+    def delete(self, partition: int, key: bytes) -> None:
+        self.write(partition, ((key, None, ()),))
+
+    def write(self, partition: int, changes: Sequence[Change]) -> None:
+        """Apply ``changes`` to the partition's DB and queue them for its
+        changelog (a write voids the mark)."""
         if self._marked and partition in self._marked:
             self._unmark(partition)
         queue = self._queued.get(partition)
         if queue is None:
             queue = self._queued[partition] = []
-        return queue, self._db(partition)
-
-    def put(self, partition: int, key: bytes, value: bytes) -> None:
-        queue, db = self._changing(partition)
-        queue.append((key, value, ()))
-        db.put(key, value)
-
-    def delete(self, partition: int, key: bytes) -> None:
-        queue, db = self._changing(partition)
-        queue.append((key, None, ()))
-        db.delete(key)
-
-    def write(self, partition: int, changes: Sequence[Change]) -> None:
-        queue, db = self._changing(partition)
+        db = self._db(partition)
         queue.extend(changes)
         put, delete = db.put, db.delete
         for key, value, _ in changes:

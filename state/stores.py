@@ -210,8 +210,7 @@ class Stores:
                 changes.append((codecs.seen_id_key(key, mid), codecs.encode_seen_id(seen), ()))
         if step.buffer_put is not None:
             changes.append((codecs.buffer_key(key, step.buffer_put.seq), step.buffer_put.value, ()))
-        for seq in step.buffer_deletes:  # before the state
-            changes.append((codecs.buffer_key(key, seq), None, ()))
+        _delete_buffered(changes, key, step.buffer_deletes)  # before the state
         changes.append(self._state_change(partition, key, step.state, window))
         self.state.write(partition, changes)
 
@@ -219,9 +218,9 @@ class Stores:
         """Persist a confirmation: the buffer deletions now, the new state in
         memory (written with the key's next step, or by :meth:`settle`)."""
         if step.buffer_deletes:
-            self.state.write(
-                partition, [(codecs.buffer_key(key, seq), None, ()) for seq in step.buffer_deletes]
-            )
+            changes: list[Change] = []
+            _delete_buffered(changes, key, step.buffer_deletes)
+            self.state.write(partition, changes)
         slot = (partition, key)
         self._keep(slot, (step.state, window))
         self._unwritten.add(slot)
@@ -275,3 +274,8 @@ def _forget_ids(changes: list[Change], key: str, forget: tuple[tuple[int, str], 
     for position, forgotten in forget:
         changes.append((codecs.seen_id_key(key, forgotten), None, ()))
         changes.append((codecs.seen_position_key(key, position), None, ()))
+
+
+def _delete_buffered(changes: list[Change], key: str, seqs: tuple[int, ...]) -> None:
+    for seq in seqs:
+        changes.append((codecs.buffer_key(key, seq), None, ()))

@@ -27,6 +27,9 @@ class FakeDB:
     def put(self, key: bytes, value: bytes) -> None:
         self.data[key] = value
 
+    def delete(self, key: bytes) -> None:
+        self.data.pop(key, None)
+
 
 def test_a_revoked_partition_s_db_is_not_kept_open() -> None:
     dbs: dict[int, FakeDB] = {}
