@@ -319,30 +319,30 @@ class Bench:
         self.topics(s.topics())
         w = WorkerProcess(s, self.workdir / f"{tag}.log", "warning").start()
         try:
-            lat = asyncio.run(self._latency(s, rate, self.sizes.latency_seconds))
+            lat = asyncio.run(
+                self._latency(s.input_topic, s.ordered_topic, rate, self.sizes.latency_seconds)
+            )
         finally:
             w.stop()
-        lat.sort()
-        p = lambda q: lat[min(len(lat) - 1, int(q * len(lat)))] * 1000  # noqa: E731
-        return Figure(
-            f"latency p99 at {rate:,.0f} msg/s, in order",
-            p(0.99),
-            "ms",
-            detail={
-                "p50": p(0.5),
-                "p90": p(0.9),
-                "p99": p(0.99),
-                "max": lat[-1] * 1000,
-                "n": len(lat),
-                "cdf": [lat[int(i * (len(lat) - 1) / 100)] * 1000 for i in range(101)],
-            },
-        )
+        return _latency_figure(f"latency p99 at {rate:,.0f} msg/s, in order", lat)
 
-    async def _latency(self, s: Settings, rate: float, seconds: float) -> list[float]:
+    def limit_latency(self, rate: float) -> Figure:
+        """The same measurement through the limit's pipeline (plain aiokafka:
+        consume, produce, commit): what the broker and its clients alone add
+        at ``rate``, two hops as through seqkeeper."""
+        tag = _tag("limit-latency")
+        src, dst = f"{tag}.in", f"{tag}.out"
+        self.topics([src, dst])
+        cmd = [sys.executable, "-m", "bench.limit", self.bootstrap, src, dst, tag]
+        with process(cmd, {}, self.workdir / f"{tag}.log"):
+            lat = asyncio.run(self._latency(src, dst, rate, self.sizes.latency_seconds))
+        return _latency_figure(f"limit: plain aiokafka, latency p99 at {rate:,.0f} msg/s", lat)
+
+    async def _latency(self, source: str, sink: str, rate: float, seconds: float) -> list[float]:
         from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
         consumer = AIOKafkaConsumer(
-            s.ordered_topic,
+            sink,
             bootstrap_servers=self.bootstrap,
             auto_offset_reset="earliest",
             fetch_max_wait_ms=5,
@@ -357,7 +357,7 @@ class Bench:
         n = int(rate * seconds)
         warm = f"warm:{uuid.uuid4().hex[:4]}"
         await producer.send_and_wait(
-            s.input_topic,
+            source,
             orjson.dumps({"messageId": warm, "seq": 1, "type": "w"}),
             key=warm.encode(),
         )
@@ -392,7 +392,7 @@ class Bench:
                 }
             )
             sent[value] = time.time()
-            await producer.send(s.input_topic, value, key=key.encode())
+            await producer.send(source, value, key=key.encode())
             ahead = t0 + (i + 1) / rate - time.monotonic()
             if ahead > 0:
                 await asyncio.sleep(ahead)
@@ -544,6 +544,24 @@ class Bench:
         )
 
 
+def _latency_figure(name: str, lat: list[float]) -> Figure:
+    lat.sort()
+    p = lambda q: lat[min(len(lat) - 1, int(q * len(lat)))] * 1000  # noqa: E731
+    return Figure(
+        name,
+        p(0.99),
+        "ms",
+        detail={
+            "p50": p(0.5),
+            "p90": p(0.9),
+            "p99": p(0.99),
+            "max": lat[-1] * 1000,
+            "n": len(lat),
+            "cdf": [lat[int(i * (len(lat) - 1) / 100)] * 1000 for i in range(101)],
+        },
+    )
+
+
 async def _consume_all(bootstrap: str, topic: str, n: int) -> None:
     from aiokafka import AIOKafkaConsumer
 
@@ -628,10 +646,13 @@ def run(bench: Bench, only: set[str] | None = None) -> dict[str, Any]:
             ]
         )
         if want("latency"):
+            rate = max(10.0, ours.value / 2)
             bench.say("latency at half of seqkeeper's throughput")
-            lat = bench.latency(max(10.0, ours.value / 2))
+            lat = bench.latency(rate)
             lat.target, lat.met = "p99 < 100 ms", lat.value < 100
-            figures.append(lat)
+            bench.say("  the same through the limit's pipeline (the broker's floor)")
+            floor = bench.limit_latency(rate)
+            figures.extend([lat, floor])
 
     def depth() -> None:
         bench.say("buffer depth")

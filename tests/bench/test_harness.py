@@ -47,6 +47,7 @@ def test_smoke_run_writes_every_figure(broker, spark, tmp_path) -> None:
         "peer",
         "seqkeeper:",
         "latency p99",
+        "plain aiokafka, latency p99",
         "buffered on one key",
         "restart to first output",
         "peak RSS",
