@@ -215,6 +215,10 @@ class HighwaterConsumer(faust_aiokafka.Consumer):
                         set_read_offset(tp, batch[-1].offset)
                         continue
                     for record in batch:  # Faust's own path, one record at a time
+                        if not self.flow_active or (
+                            self.app.consumer_generation_id != generation_id
+                        ):
+                            break
                         offset = record.offset
                         r_offset = get_read_offset(tp)
                         gap = offset - (r_offset or 0)
