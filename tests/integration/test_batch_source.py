@@ -66,7 +66,10 @@ def test_batch_source_delivers_lists_once_in_order_and_commits_acked(broker, tmp
         "BATCH_OUT": str(out),
         "BATCH_HOLD": str(HOLD),
     }
-    cmd = [sys.executable, str(Path(__file__).with_name("batch_app.py")), "worker", "-l", "warn"]
+    app = str(Path(__file__).with_name("batch_app.py"))
+    # no web server: Faust's worker command binds port 6066 by default (two
+    # test runs on one machine collided there)
+    cmd = [sys.executable, app, "worker", "--without-web", "-l", "warn"]
     log = (tmp_path / "worker.log").open("wb")
     proc = subprocess.Popen(cmd, env=env, cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT)
     try:
