@@ -1,3 +1,5 @@
+from collections.abc import Callable
+
 import orjson
 from hypothesis import given
 from hypothesis import strategies as st
@@ -92,18 +94,29 @@ def test_first_after_seeks_within_the_key(seqs: set[int], after: int) -> None:
     assert buffer_of_k(seqs).first_after(after) == expected
 
 
-def test_encoded_states_hold_no_more_memory_than_their_size() -> None:
-    """orjson's own result keeps a 4 KiB allocation; the changelog queue
-    holds thousands of encoded states per outbox cycle (the restart bench's
-    worker peaked at 639 MB with them)."""
+def _held(encode: Callable[[], bytes]) -> tuple[bytes, int]:
+    """One of 1,000 results of ``encode``, and the memory all of them hold."""
     import tracemalloc
 
-    state, window = KeyState(7, 1, 2.5, ((3, 4),), 5), SeenWindow(1, 9)
     tracemalloc.start()
     try:
-        held = [codecs.encode_key_state(state, window) for _ in range(1000)]
+        held = [encode() for _ in range(1000)]
         size, _ = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
-    assert codecs.decode_key_state(held[0]) == (state, window)
+    return held[0], size
+
+
+def test_encoded_states_hold_no_more_memory_than_their_size() -> None:
+    """orjson's own result keeps a 4 KiB allocation; the changelog queue
+    holds thousands of encoded states per outbox cycle (the restart bench's
+    worker peaked at 639 MB with them). Key states are packed; the command
+    worker's entities and receipts go through ``compact_json``."""
+    state, window = KeyState(7, 1, 2.5, ((3, 4),), 5), SeenWindow(1, 9)
+    first, size = _held(lambda: codecs.encode_key_state(state, window))
+    assert codecs.decode_key_state(first) == (state, window)
     assert size < 1000 * 200  # ~100 bytes each, not 4 KiB
+    doc = [7, 1, 2.5, [[3, 4]], 1, 9, 5]
+    first, size = _held(lambda: codecs.compact_json(doc))
+    assert first == orjson.dumps(doc)
+    assert size < 1000 * 200
