@@ -29,6 +29,11 @@ class PartitionStore(Protocol):
         """Apply ``changes`` in order (one step's writes: one call)."""
         ...
 
+    def sync(self) -> None:
+        """Write what waits in memory to the local state, and forget what is
+        known about it (Faust may recover or close it next: a rebalance)."""
+        ...
+
     def mark(self, partition: int, value: bytes) -> None:
         """Keep ``value`` with the partition's local state only (never
         changelogged) until the next write: a description of the state as it

@@ -392,6 +392,8 @@ class TableManager(FaustTableManager):
         check = cast(Any, self.app).local_state_check
         if check is not None:
             await asyncio.wrap_future(check)
+        for hook in cast(Any, self.app).before_rebalance:
+            hook()  # before Faust closes a revoked DB or recovers into one
         await super().on_rebalance(assigned, revoked, newly_assigned, generation_id)
 
     @property
@@ -412,6 +414,9 @@ class App(faust.App):
         self.before_commit: list[Callable[[], Awaitable[None]]] = []
         #: Awaited at a graceful stop, before the tables close their RocksDB.
         self.before_tables_close: list[Callable[[], Awaitable[None]]] = []
+        #: Called when a rebalance reaches the tables, before they close or
+        #: recover a partition's RocksDB.
+        self.before_rebalance: list[Callable[[], None]] = []
         #: A check of the local state, running in a thread while the worker
         #: starts; tables open their RocksDB only after it is done.
         self.local_state_check: concurrent.futures.Future[None] | None = None

@@ -19,6 +19,9 @@ class MemoryStore:
     def get(self, partition: int, key: bytes) -> bytes | None:
         return self._data[partition].get(key)
 
+    def sync(self) -> None:
+        pass  # nothing waits
+
     def mark(self, partition: int, value: bytes) -> None:
         self._marks[partition] = value
 

@@ -13,10 +13,23 @@ overhead, and no per-record publish (a future and callbacks per write).
 
 The outbox cycle (:mod:`topologies.shell`) flushes before it produces any
 output, so no output is ever on the broker before the state behind it.
+
+A *deferred* family (one key prefix byte; the reorder buffer) is written to
+the changelog at once but to the local RocksDB only later
+(:meth:`FaustRocksStore.sync`, or when :data:`DEFERRED_KEPT` entries wait):
+an entry put and deleted meanwhile (a message released and confirmed within
+a second) never costs a RocksDB write. Reads see the waiting writes. While a
+partition's DB holds no entry of the family (checked when the DB opens), a
+lookup missing in memory needs no RocksDB read either. The persisted
+changelog offset (where Faust's recovery resumes) is only advanced while
+nothing of the partition waits, so the local state never claims more than
+it holds: a stop that skipped :meth:`sync` costs a longer recovery, never a
+lost write.
 """
 
 from __future__ import annotations
 
+import itertools
 import struct
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -47,12 +60,37 @@ def _no_wal() -> Any:
 #: RocksDB closes.
 _NO_WAL = _no_wal()
 
+#: Writes of the deferred family kept in memory at most (then the oldest
+#: half is written).
+DEFERRED_KEPT = 50_000
+#: Keys of the deferred family known to be in a partition's DB at most
+#: (beyond, lookups that miss in memory read RocksDB).
+IN_DB_KNOWN = 200_000
+_ABSENT = object()
+
 
 class FaustRocksStore:
-    def __init__(self, table: Any, producer: BatchProducer) -> None:
+    """``deferred``: the key prefix (one byte) whose local writes wait in
+    memory (see the module docstring); ``None``: every write goes through."""
+
+    def __init__(
+        self,
+        table: Any,
+        producer: BatchProducer,
+        deferred: bytes | None = None,
+        keep: int = DEFERRED_KEPT,
+    ) -> None:
         self.table = table
         self.name: str = table.name
         self.producer = producer
+        self.keep = keep
+        self._family = -1 if deferred is None else deferred[0]
+        self._waiting: dict[int, dict[bytes, bytes | None]] = {}  # deferred writes
+        self._waiting_count = 0
+        #: per partition, the deferred family's keys in its DB, where known
+        #: (the DB had none when it opened, and no more than IN_DB_KNOWN since)
+        self._in_db: dict[int, set[bytes]] = {}
+        self._offsets: dict[int, int] = {}  # persisted offsets held back while writes wait
         self._queued: dict[int, list[Record]] = {}
         self._marked: set[int] = set()
         self._tuned: dict[int, int] = {}  # partition -> id of the DB tuned
@@ -71,6 +109,46 @@ class FaustRocksStore:
         topic: str = self.table.changelog_topic.get_topic_name()
         last = await self.producer.send({(topic, p): items for p, items in writes.items()})
         for (_, partition), offset in last.items():
+            if self._waiting.get(partition):
+                self._offsets[partition] = offset  # written with the waiting writes
+            else:
+                self._offsets.pop(partition, None)
+                self.table.data.set_persisted_offset(TP(topic, partition), offset)
+
+    def sync(self) -> None:
+        """Write the deferred writes to the local RocksDB (and the persisted
+        offsets held back), and forget which DBs hold no deferred entry:
+        before a rebalance or stop lets Faust close or recover a DB."""
+        for partition in set(self._waiting) | set(self._offsets):
+            self._write_waiting(partition)
+        self._tuned.clear()  # each DB is looked at again when next used
+
+    def _write_waiting(self, partition: int, oldest: int | None = None) -> None:
+        """Write the partition's waiting writes (or its ``oldest`` ones)."""
+        waiting = self._waiting.get(partition)
+        if waiting:
+            db = self._db(partition)
+            in_db = self._in_db.get(partition)
+            keys = list(waiting if oldest is None else itertools.islice(waiting, oldest))
+            for key in keys:
+                value = waiting.pop(key)
+                if value is None:
+                    db.delete(key)
+                    if in_db is not None:
+                        in_db.discard(key)
+                else:
+                    db.put(key, value)
+                    if in_db is not None:
+                        in_db.add(key)
+            self._waiting_count -= len(keys)
+            if in_db is not None and len(in_db) > IN_DB_KNOWN:
+                del self._in_db[partition]  # from now on RocksDB answers
+        if waiting:
+            return  # the persisted offset waits for the rest
+        self._waiting.pop(partition, None)
+        offset = self._offsets.pop(partition, None)
+        if offset is not None:
+            topic = self.table.changelog_topic.get_topic_name()
             self.table.data.set_persisted_offset(TP(topic, partition), offset)
 
     def _db(self, partition: int) -> Any:
@@ -88,9 +166,27 @@ class FaustRocksStore:
         if id(db) != self._tuned.get(partition):  # opened (again) by Faust
             db.set_write_options(_NO_WAL)
             self._tuned[partition] = id(db)
+            self._in_db.pop(partition, None)
+            if self._family >= 0:
+                it = db.iter()
+                it.seek(bytes((self._family,)))
+                if not it.valid() or it.key()[0] != self._family:
+                    self._in_db[partition] = set()
         return db
 
     def get(self, partition: int, key: bytes) -> bytes | None:
+        if key[0] == self._family:
+            waiting = self._waiting.get(partition)
+            if waiting is not None:
+                found = waiting.get(key, _ABSENT)
+                if found is not _ABSENT:
+                    return found  # type: ignore[return-value]
+            db = self._db(partition)
+            in_db = self._in_db.get(partition)
+            if in_db is not None and key not in in_db:
+                return None
+            deferred: bytes | None = db.get(key)
+            return deferred
         value: bytes | None = self._db(partition).get(key)
         return value
 
@@ -103,6 +199,7 @@ class FaustRocksStore:
         """Keep ``value`` locally with the changelog offset the partition's
         state reflects; a later write here, or a changelog record replayed
         into the state (it moves that offset), voids it."""
+        self._write_waiting(partition)
         self._db(partition).put(MARK_KEY, _OFFSET.pack(self._persisted(partition)) + value)
         self._marked.add(partition)
 
@@ -137,13 +234,37 @@ class FaustRocksStore:
         db = self._db(partition)
         queue.extend(changes)
         put, delete = db.put, db.delete
+        family = self._family
+        if family < 0:
+            for key, value, _ in changes:
+                if value is None:
+                    delete(key)
+                else:
+                    put(key, value)
+            return
+        waiting = self._waiting.get(partition)
+        if waiting is None:
+            waiting = self._waiting[partition] = {}
+        before = len(waiting)
+        in_db = self._in_db.get(partition)
         for key, value, _ in changes:
-            if value is None:
+            if key[0] == family:
+                if value is None and in_db is not None and key not in in_db:
+                    waiting.pop(key, None)  # nothing in RocksDB to delete
+                else:
+                    waiting[key] = value
+            elif value is None:
                 delete(key)
             else:
                 put(key, value)
+        self._waiting_count += len(waiting) - before
+        if self._waiting_count > self.keep:  # the oldest half of each partition's
+            for waiting_partition, entries in list(self._waiting.items()):
+                self._write_waiting(waiting_partition, len(entries) // 2 + 1)
 
     def seek(self, partition: int, start: bytes, prefix: bytes) -> tuple[bytes, bytes] | None:
+        if not prefix or prefix[0] == self._family:
+            self._write_waiting(partition)
         it = self._db(partition).iter()
         it.seek(start)
         if it.valid():
@@ -155,6 +276,8 @@ class FaustRocksStore:
     def items(
         self, partition: int, prefix: bytes = b"", start: bytes = b""
     ) -> Iterator[tuple[bytes, bytes]]:
+        if not prefix or prefix[0] == self._family:
+            self._write_waiting(partition)
         it = self._db(partition).iter()
         it.seek(max(prefix, start))
         while it.valid():

@@ -163,6 +163,7 @@ class Stores:
     def forget_cached(self) -> None:
         """Drop what is kept in memory (:meth:`settle` first): the state may
         change under it (a partition recovered from its changelog)."""
+        self.state.sync()
         self._states.clear()
         self._heads.clear()
         self._unwritten.clear()

@@ -49,6 +49,7 @@ from processors.dead_letter import dead_letter_headers
 from processors.envelope import InvalidMessage, Message, Reason, parse
 from processors.resequencer import Emission, GapSkipped, KeyState, Step
 from seqkeeper.settings import Settings
+from state import codecs
 from state.faust_glue import ack_batch, batch_source, current, raw_table, seconds
 from state.rocksdb import FaustRocksStore
 from state.stores import Stores
@@ -394,7 +395,9 @@ def build_app(settings: Settings) -> faust.App:
         )
     }
     table = raw_table(app, "state", settings.partitions, options=settings.rocksdb_options())
-    store = FaustRocksStore(table, app.batch_producer)  # type: ignore[attr-defined]
+    # The reorder buffer's local writes wait in memory: most entries are
+    # deleted (confirmed) before they would reach RocksDB.
+    store = FaustRocksStore(table, app.batch_producer, deferred=codecs.BUFFER)  # type: ignore[attr-defined]
     topology = OrderedTopology(settings, Stores(store))
     app.seqkeeper = topology  # type: ignore[attr-defined]
     probe = install_outbox(app, topology, store, topics.__getitem__, settings.outbox_linger)
@@ -418,14 +421,17 @@ def build_app(settings: Settings) -> faust.App:
         topology.on_assigned({tp.partition for tp in owned()})
 
     async def save_index() -> None:
+        store.sync()
         if app.rebalancing:
             return  # the assignment in memory may not be the state's
         await app.outbox_cycle()  # produce and confirm what waits
         topology.stores.settle()  # the confirmations too
         await store.flush(store.take_writes())
+        store.sync()
         topology.save_index()
 
     app.before_tables_close.append(save_index)
+    app.before_rebalance.append(store.sync)
 
     @app.agent(batch_source(app, source))
     async def resequence(stream: Any) -> None:
