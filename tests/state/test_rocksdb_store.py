@@ -7,12 +7,17 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import tempfile
 import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from rocksdict import Options, Rdict
 
 from state.memory import MemoryStore
 from state.rocksdb import FaustRocksStore
@@ -62,44 +67,44 @@ def test_a_revoked_partition_s_db_is_not_kept_open() -> None:
 FAMILY = b"b"
 
 
-class SortedDB(FakeDB):
-    """A FakeDB with RocksDB's iterator and a count of writes."""
+class RealDB:
+    """A partition's RocksDB as Faust opens it (rocksdict, raw mode),
+    counting the entries written to it."""
 
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.db = Rdict(str(path), Options(raw_mode=True))
         self.writes = 0
+
+    def set_write_options(self, options: Any) -> None:
+        self.db.set_write_options(options)
+
+    def get(self, key: bytes) -> bytes | None:
+        found: bytes | None = self.db.get(key)
+        return found
 
     def put(self, key: bytes, value: bytes) -> None:
         self.writes += 1
-        super().put(key, value)
+        self.db.put(key, value)
 
     def delete(self, key: bytes) -> None:
         self.writes += 1
-        super().delete(key)
+        self.db.delete(key)
+
+    def write(self, batch: Any, options: Any = None) -> None:
+        self.writes += batch.len()
+        self.db.write(batch, options)
 
     def iter(self) -> Any:
-        return SortedIter(self.data)
+        return self.db.iter()
 
+    @property
+    def data(self) -> dict[bytes, bytes]:
+        return dict(self.db.items())
 
-class SortedIter:
-    def __init__(self, data: dict[bytes, bytes]) -> None:
-        self._items = sorted(data.items())
-        self._i = len(self._items)
-
-    def seek(self, start: bytes) -> None:
-        self._i = next((i for i, (k, _) in enumerate(self._items) if k >= start), len(self._items))
-
-    def valid(self) -> bool:
-        return self._i < len(self._items)
-
-    def key(self) -> bytes:
-        return self._items[self._i][0]
-
-    def value(self) -> bytes:
-        return self._items[self._i][1]
-
-    def next(self) -> None:
-        self._i += 1
+    def reopen(self) -> RealDB:
+        self.db.close()
+        return RealDB(self.path)
 
 
 class FakeProducer:
@@ -114,74 +119,97 @@ class FakeProducer:
         return last
 
 
+@contextmanager
 def deferred_store(
     keep: int = 50_000, preloaded: dict[int, dict[bytes, bytes]] | None = None
-) -> tuple[FaustRocksStore, dict[int, SortedDB], dict[int, int]]:
-    dbs: dict[int, SortedDB] = {}
-    persisted: dict[int, int] = {}
-    for partition, entries in (preloaded or {}).items():
-        dbs[partition] = SortedDB()
-        dbs[partition].data.update(entries)
+) -> Iterator[tuple[FaustRocksStore, dict[int, RealDB], dict[int, int]]]:
+    """A store over real RocksDBs (``preloaded`` entries in them), with
+    Faust's persisted offsets in a dict."""
+    with tempfile.TemporaryDirectory() as tmp:
+        dbs: dict[int, RealDB] = {}
+        persisted: dict[int, int] = {}
 
-    def db_for_partition(partition: int) -> SortedDB:
-        return dbs.setdefault(partition, SortedDB())
+        def db_for_partition(partition: int) -> RealDB:
+            if partition not in dbs:
+                dbs[partition] = RealDB(Path(tmp) / str(partition))
+            return dbs[partition]
 
-    table = SimpleNamespace(
-        name="t",
-        changelog_topic=SimpleNamespace(get_topic_name=lambda: "t-changelog"),
-        data=SimpleNamespace(
-            _dbs=dbs,
-            _db_for_partition=db_for_partition,
-            set_persisted_offset=lambda tp, offset: persisted.__setitem__(tp.partition, offset),
-            persisted_offset=lambda tp: persisted.get(tp.partition),
-        ),
-    )
-    store = FaustRocksStore(table, FakeProducer(), deferred=FAMILY, keep=keep)  # type: ignore[arg-type]
-    return store, dbs, persisted
+        for partition, entries in (preloaded or {}).items():
+            for key, value in entries.items():
+                db_for_partition(partition).db.put(key, value)
+        table = SimpleNamespace(
+            name="t",
+            changelog_topic=SimpleNamespace(get_topic_name=lambda: "t-changelog"),
+            data=SimpleNamespace(
+                _dbs=dbs,
+                _db_for_partition=db_for_partition,
+                set_persisted_offset=lambda tp, offset: persisted.__setitem__(tp.partition, offset),
+                persisted_offset=lambda tp: persisted.get(tp.partition),
+            ),
+        )
+        store = FaustRocksStore(table, FakeProducer(), deferred=FAMILY, keep=keep)  # type: ignore[arg-type]
+        try:
+            yield store, dbs, persisted
+        finally:
+            for db in dbs.values():
+                db.db.close()
+
+
+def test_local_writes_wait_for_the_cycle_and_are_written_as_one_batch() -> None:
+    with deferred_store() as (store, dbs, _):
+        store.write(0, [(b"s2", b"state", ()), (b"i1", b"seen", ())])
+        store.write(0, [(b"s2", b"newer", ())])
+        assert store.get(0, b"s2") == b"newer"  # read from memory
+        assert dbs[0].data == {}
+        changelog = store.take_writes()  # the outbox cycle: now in RocksDB
+        assert [c[:2] for c in changelog[0]] == [
+            (b"s2", b"state"),
+            (b"i1", b"seen"),
+            (b"s2", b"newer"),
+        ]
+        assert dbs[0].data == {b"i1": b"seen", b"s2": b"newer"} and dbs[0].writes == 2
 
 
 def test_a_buffer_entry_deleted_before_it_is_written_never_reaches_rocksdb() -> None:
-    store, dbs, _ = deferred_store()
-    store.write(0, [(b"b1", b"held", ()), (b"s1", b"state", ())])
-    assert store.get(0, b"b1") == b"held"  # read from memory
-    assert dbs[0].data == {b"s1": b"state"}  # other families go through
-    store.write(0, [(b"b1", None, ())])
-    assert store.get(0, b"b1") is None
-    store.sync()
-    assert dbs[0].data == {b"s1": b"state"} and dbs[0].writes == 1
-    # ... but the changelog got both: the put and the tombstone
-    assert [c[:2] for c in store.take_writes()[0]] == [
-        (b"b1", b"held"),
-        (b"s1", b"state"),
-        (b"b1", None),
-    ]
+    with deferred_store() as (store, dbs, _):
+        store.write(0, [(b"b1", b"held", ()), (b"s1", b"state", ())])
+        assert store.get(0, b"b1") == b"held"
+        store.take_writes()
+        assert dbs[0].data == {b"s1": b"state"}  # the buffer entry waits longer
+        store.write(0, [(b"b1", None, ())])
+        assert store.get(0, b"b1") is None
+        store.sync()
+        assert dbs[0].data == {b"s1": b"state"} and dbs[0].writes == 1
+        # ... but the changelog got both: the put and the tombstone
+        assert [c[:2] for c in store.take_writes()[0]] == [(b"b1", None)]
 
 
 def test_a_db_that_held_buffer_entries_when_it_opened_is_read() -> None:
-    store, dbs, _ = deferred_store(preloaded={0: {b"b1": b"old"}})
-    assert store.get(0, b"b1") == b"old"
-    store.write(0, [(b"b1", None, ())])  # a tombstone for RocksDB: it has the entry
-    assert store.get(0, b"b1") is None
-    assert dbs[0].data == {b"b1": b"old"}
-    store.sync()
-    assert dbs[0].data == {}
+    with deferred_store(preloaded={0: {b"b1": b"old"}}) as (store, dbs, _):
+        assert store.get(0, b"b1") == b"old"
+        store.write(0, [(b"b1", None, ())])  # a tombstone for RocksDB: it has the entry
+        assert store.get(0, b"b1") is None
+        assert dbs[0].data == {b"b1": b"old"}
+        store.sync()
+        assert dbs[0].data == {}
 
 
 def test_the_persisted_offset_waits_for_the_local_writes() -> None:
     """Faust's recovery resumes after the persisted offset: the local DB must
     hold everything before it, or a restart without sync would lose it."""
-    store, dbs, persisted = deferred_store()
-    store.write(0, [(b"b1", b"held", ())])
-    asyncio.run(store.flush(store.take_writes()))
-    assert 0 not in persisted  # b1 is not in RocksDB yet
-    store.write(0, [(b"s1", b"state", ())])
-    asyncio.run(store.flush(store.take_writes()))
-    assert 0 not in persisted
-    store.sync()
-    assert persisted[0] == 1 and dbs[0].data == {b"b1": b"held", b"s1": b"state"}
-    store.write(1, [(b"s2", b"state", ())])
-    asyncio.run(store.flush(store.take_writes()))
-    assert persisted[1] == 0  # nothing waits: at once
+    with deferred_store() as (store, dbs, persisted):
+        store.write(0, [(b"b1", b"held", ())])
+        asyncio.run(store.flush(store.take_writes()))
+        assert 0 not in persisted  # b1 is not in RocksDB yet
+        store.write(0, [(b"s1", b"state", ())])
+        asyncio.run(store.flush(store.take_writes()))
+        assert 0 not in persisted
+        store.sync()
+        assert persisted[0] == 1 and dbs[0].data == {b"b1": b"held", b"s1": b"state"}
+        store.write(1, [(b"s2", b"state", ())])
+        asyncio.run(store.flush(store.take_writes()))
+        assert persisted[1] == 0  # nothing waits: at once
+        assert dbs[1].data == {b"s2": b"state"}
 
 
 KEYS = [f + bytes([n]) for f in (b"b", b"s") for n in range(4)]
@@ -193,7 +221,7 @@ def reads_alike(store: FaustRocksStore, model: MemoryStore) -> None:
             assert store.get(partition, key) == model.get(partition, key), (partition, key)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(
     ops=st.lists(
         st.one_of(
@@ -210,7 +238,8 @@ def reads_alike(store: FaustRocksStore, model: MemoryStore) -> None:
                 ),
             ),
             st.tuples(st.just("seek"), st.integers(0, 1), st.integers(0, 4)),
-            st.tuples(st.just("items"), st.integers(0, 1)),
+            st.tuples(st.just("items"), st.integers(0, 1), st.sampled_from([b"", b"b", b"s"])),
+            st.just(("cycle",)),
             st.just(("sync",)),
             st.just(("reopen",)),
             st.tuples(st.just("recover"), st.integers(0, 1), st.sampled_from(KEYS)),
@@ -223,37 +252,37 @@ def reads_alike(store: FaustRocksStore, model: MemoryStore) -> None:
 def test_deferred_writes_read_as_written(ops: list[Any], keep: int, preload: bool) -> None:
     """Whatever waits in memory, the store reads like the in-memory model;
     after a sync, RocksDB holds exactly the model's entries."""
-    preloaded = {0: {b"b\x00": b"x", b"b\x03": b"y"}} if preload else {}
-    store, dbs, _ = deferred_store(keep, {p: dict(e) for p, e in preloaded.items()})
+    preloaded = {0: {b"b\x00": b"x", b"b\x03": b"y", b"s\x01": b"z"}} if preload else {}
     model = MemoryStore()
     for partition, entries in preloaded.items():
         model.write(partition, [(k, v, ()) for k, v in entries.items()])
-    for op in ops:
-        if op[0] == "write":
-            changes = [(k, v, ()) for k, v in op[2]]
-            store.write(op[1], changes)
-            model.write(op[1], changes)
-        elif op[0] == "seek":
-            start = b"b" + bytes([op[2]])
-            assert store.seek(op[1], start, b"b") == model.seek(op[1], start, b"b")
-        elif op[0] == "items":
-            assert list(store.items(op[1])) == list(model.items(op[1]))
-        elif op[0] == "sync":
-            store.sync()
-        elif op[0] == "recover":  # a rebalance: Faust replays a record into the open DB
-            store.sync()
-            db = dbs.setdefault(op[1], SortedDB())
-            db.put(op[2], b"recovered")
-            model.write(op[1], [(op[2], b"recovered", ())])
-            store.sync()  # the topology's on_assigned
-        else:  # a rebalance: sync, then Faust drops and reopens the DBs
-            store.sync()
-            for partition in list(dbs):
-                reopened = SortedDB()
-                reopened.data.update(dbs[partition].data)
-                dbs[partition] = reopened
-        reads_alike(store, model)
-    store.sync()
-    for partition in (0, 1):
-        on_disk = dbs[partition].data if partition in dbs else {}
-        assert on_disk == dict(model.items(partition))
+    with deferred_store(keep, preloaded) as (store, dbs, _):
+        for op in ops:
+            if op[0] == "write":
+                changes = [(k, v, ()) for k, v in op[2]]
+                store.write(op[1], changes)
+                model.write(op[1], changes)
+            elif op[0] == "seek":
+                start = b"b" + bytes([op[2]])
+                assert store.seek(op[1], start, b"b") == model.seek(op[1], start, b"b")
+            elif op[0] == "items":
+                assert list(store.items(op[1], op[2])) == list(model.items(op[1], op[2]))
+            elif op[0] == "cycle":
+                store.take_writes()
+            elif op[0] == "sync":
+                store.sync()
+            elif op[0] == "recover":  # a rebalance: Faust replays a record into the open DB
+                store.sync()
+                db = store._db(op[1])
+                db.db.put(op[2], b"recovered")
+                model.write(op[1], [(op[2], b"recovered", ())])
+                store.sync()  # the topology's on_assigned
+            else:  # a rebalance: sync, then Faust closes and reopens the DBs
+                store.sync()
+                for partition in list(dbs):
+                    dbs[partition] = dbs[partition].reopen()
+            reads_alike(store, model)
+        store.sync()
+        for partition in (0, 1):
+            on_disk = dbs[partition].data if partition in dbs else {}
+            assert on_disk == dict(model.items(partition))
