@@ -20,6 +20,7 @@ TINY = Sizes(
     state_keys=100,
     spark_records=500,
     latency_seconds=1.0,
+    rounds=2,
 )
 
 
@@ -57,6 +58,12 @@ def test_smoke_run_writes_every_figure(broker, spark, tmp_path) -> None:
         assert any(expected in n for n in names), expected
     assert all(f["value"] > 0 for f in result["figures"])
     assert {r["name"] for r in result["ratios"]} >= {"seqkeeper / limit", "seqkeeper / peer"}
+    # two rounds of limit and seqkeeper: the ratio is the median of the rounds'
+    to_limit = next(r for r in result["ratios"] if r["name"] == "seqkeeper / limit")
+    assert len(to_limit["detail"]["rounds"]) == 2
+    assert to_limit["value"] == pytest.approx(sum(to_limit["detail"]["rounds"]) / 2)
+    ours = next(f for f in result["figures"] if f["name"].startswith("seqkeeper:"))
+    assert len(ours["detail"]["rounds"]) == 2 and ours["value"] in ours["detail"]["rounds"]
     paths = write(result, tmp_path / "results")
     assert json.loads((tmp_path / "results" / "latest.json").read_text())["machine"]["cpus"] >= 1
     assert {p.name for p in paths} >= {"latest.json", "throughput.png", "latency_cdf.png"}
