@@ -264,9 +264,9 @@ class FaustRocksStore:
             queue = self._queued[partition] = []
         db = self._db(partition)
         queue.extend(changes)
-        put, delete = db.put, db.delete
         family = self._family
         if family < 0:
+            put, delete = db.put, db.delete
             for key, value, _ in changes:
                 if value is None:
                     delete(key)
