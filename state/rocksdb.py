@@ -103,7 +103,8 @@ class FaustRocksStore:
 
     def take_writes(self) -> dict[int, list[Record]]:
         """The changelog records of the writes made so far, per partition
-        (taken: the next call starts empty)."""
+        (taken: the next call starts empty); their local writes, except the
+        deferred family's, go to RocksDB now (one sorted batch per partition)."""
         queued, self._queued = self._queued, {}
         for partition in list(self._local):
             self._write_local(partition)
