@@ -251,6 +251,11 @@ def offer(
     """
     seq = message.seq
     nxt = _start(state, seq, policy)
+    if seq == nxt and state.buffered == 0:  # in order, nothing waits (the common case)
+        confirmed = nxt if state.confirmed is None else state.confirmed
+        return Step(
+            KeyState(seq + 1, 0, None, state.skipped, confirmed), (message,), buffer_put=message
+        )
     if seq < nxt:
         held = buffer.get(seq)
         if held is not None and held.message_id == message.message_id:
