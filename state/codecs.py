@@ -43,6 +43,8 @@ _prefixes: dict[str, bytes] = {}
 
 
 def key_prefix(key: str) -> bytes:
+    """The store-key prefix of ``key`` (the key functions below inline the
+    lookup of a remembered one: they run several times per message)."""
     found = _prefixes.get(key)
     if found is None:
         if len(_prefixes) >= PREFIXES_REMEMBERED:
@@ -59,15 +61,15 @@ def key_of(store_key: bytes) -> str:
 
 
 def key_state_key(key: str) -> bytes:
-    return KEY_STATE + key_prefix(key)
+    return KEY_STATE + (_prefixes.get(key) or key_prefix(key))
 
 
 def buffer_prefix(key: str) -> bytes:
-    return BUFFER + key_prefix(key)
+    return BUFFER + (_prefixes.get(key) or key_prefix(key))
 
 
 def buffer_key(key: str, seq: int) -> bytes:
-    return BUFFER + key_prefix(key) + _SEQ.pack(seq)
+    return BUFFER + (_prefixes.get(key) or key_prefix(key)) + _SEQ.pack(seq)
 
 
 def buffer_seq(store_key: bytes) -> int:
@@ -75,11 +77,11 @@ def buffer_seq(store_key: bytes) -> int:
 
 
 def seen_id_key(key: str, message_id: str) -> bytes:
-    return SEEN_ID + key_prefix(key) + message_id.encode("utf-8")
+    return SEEN_ID + (_prefixes.get(key) or key_prefix(key)) + message_id.encode("utf-8")
 
 
 def seen_position_key(key: str, position: int) -> bytes:
-    return SEEN_POSITION + key_prefix(key) + _SEQ.pack(position)
+    return SEEN_POSITION + (_prefixes.get(key) or key_prefix(key)) + _SEQ.pack(position)
 
 
 def encode_seen_id(seen: Seen) -> bytes:

@@ -39,6 +39,7 @@ import itertools
 import logging
 import time
 from collections.abc import Callable, Iterable
+from operator import itemgetter
 from typing import Any
 
 import faust
@@ -320,7 +321,7 @@ class OrderedTopology(OutboxOwner):
         self.metrics.buffered.set(self.total_buffered)
         if batch:  # an empty one is never confirmed
             self.in_flight[id(batch)] = batch
-        for topic, n in collections.Counter(r.topic for r in batch.records).items():
+        for topic, n in collections.Counter(map(itemgetter(0), batch.records)).items():
             self.metrics.messages_out.labels(topic).inc(n)
 
     def confirm(self, batch: Batch) -> None:
