@@ -41,16 +41,28 @@ from state.base import Change, PartitionStore
 
 class ReorderBuffer:
     """One key's reorder buffer (a ``BufferLookup``); made for every
-    record, used by few (nothing is looked up while nothing waits)."""
+    record, used by few (nothing is looked up while nothing waits).
+    ``held``: the messages this process put in the buffer and has not
+    deleted (see :attr:`Stores._held`), found without a parse."""
 
-    __slots__ = ("_store", "_partition", "_key")
+    __slots__ = ("_store", "_partition", "_key", "_held")
 
-    def __init__(self, store: PartitionStore, partition: int, key: str) -> None:
+    def __init__(
+        self,
+        store: PartitionStore,
+        partition: int,
+        key: str,
+        held: dict[Held, Message] | None = None,
+    ) -> None:
         self._store = store
         self._partition = partition
         self._key = key
+        self._held = {} if held is None else held
 
     def get(self, seq: int) -> Message | None:
+        found = self._held.get((self._partition, self._key, seq))
+        if found is not None:
+            return found
         raw = self._store.get(self._partition, codecs.buffer_key(self._key, seq))
         return None if raw is None else parse(self._key.encode("utf-8"), raw)
 
@@ -110,7 +122,12 @@ class SeenIds:
 #: confirmations only in memory are written and all are dropped).
 KEY_STATES_KEPT = 100_000
 
+#: Messages :class:`Stores` keeps of those this process put in the reorder
+#: buffer (when there are more, all are dropped: lookups read the store).
+MESSAGES_HELD = 100_000
+
 Slot = tuple[int, str]  # (partition, key)
+Held = tuple[int, str, int]  # (partition, key, seq)
 
 
 @dataclass
@@ -130,6 +147,9 @@ class Stores:
     )
     #: keys whose confirmation is only in memory so far (:meth:`confirm`)
     _unwritten: set[Slot] = field(default_factory=set, init=False, repr=False)
+    #: the messages put in the reorder buffer by :meth:`save` and not deleted
+    #: since (up to :data:`MESSAGES_HELD`): a release needs no parse
+    _held: dict[Held, Message] = field(default_factory=dict, init=False, repr=False)
 
     def load(self, partition: int, key: str) -> tuple[KeyState, SeenWindow]:
         slot = (partition, key)
@@ -167,6 +187,7 @@ class Stores:
         self._states.clear()
         self._heads.clear()
         self._unwritten.clear()
+        self._held.clear()
 
     def _state_change(
         self, partition: int, key: str, state: KeyState, window: SeenWindow
@@ -179,7 +200,7 @@ class Stores:
         return codecs.key_state_key(key), codecs.encode_key_state(state, window), ()
 
     def buffer(self, partition: int, key: str) -> ReorderBuffer:
-        return ReorderBuffer(self.state, partition, key)
+        return ReorderBuffer(self.state, partition, key, self._held)
 
     def seen(self, partition: int, key: str, window: SeenWindow) -> SeenIds:
         return SeenIds(self.state, partition, key, window, self._heads)
@@ -209,18 +230,31 @@ class Stores:
                     )
                 )
                 changes.append((codecs.seen_id_key(key, mid), codecs.encode_seen_id(seen), ()))
-        if step.buffer_put is not None:
-            changes.append((codecs.buffer_key(key, step.buffer_put.seq), step.buffer_put.value, ()))
-        _delete_buffered(changes, key, step.buffer_deletes)  # before the state
+        put = step.buffer_put
+        if put is not None:
+            changes.append((codecs.buffer_key(key, put.seq), put.value, ()))
+            held = self._held
+            if len(held) >= MESSAGES_HELD:
+                held.clear()
+            held[(partition, key, put.seq)] = put
+        self._delete_buffered(changes, partition, key, step.buffer_deletes)  # before the state
         changes.append(self._state_change(partition, key, step.state, window))
         self.state.write(partition, changes)
+
+    def _delete_buffered(
+        self, changes: list[Change], partition: int, key: str, seqs: tuple[int, ...]
+    ) -> None:
+        held = self._held
+        for seq in seqs:
+            changes.append((codecs.buffer_key(key, seq), None, ()))
+            held.pop((partition, key, seq), None)
 
     def confirm(self, partition: int, key: str, step: Step, window: SeenWindow) -> None:
         """Persist a confirmation: the buffer deletions now, the new state in
         memory (written with the key's next step, or by :meth:`settle`)."""
         if step.buffer_deletes:
             changes: list[Change] = []
-            _delete_buffered(changes, key, step.buffer_deletes)
+            self._delete_buffered(changes, partition, key, step.buffer_deletes)
             self.state.write(partition, changes)
         slot = (partition, key)
         self._keep(slot, (step.state, window))
@@ -275,8 +309,3 @@ def _forget_ids(changes: list[Change], key: str, forget: tuple[tuple[int, str], 
     for position, forgotten in forget:
         changes.append((codecs.seen_id_key(key, forgotten), None, ()))
         changes.append((codecs.seen_position_key(key, position), None, ()))
-
-
-def _delete_buffered(changes: list[Change], key: str, seqs: tuple[int, ...]) -> None:
-    for seq in seqs:
-        changes.append((codecs.buffer_key(key, seq), None, ()))

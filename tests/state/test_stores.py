@@ -7,6 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from processors.deduplicator import SeenWindow
+from processors.envelope import Message
 from processors.resequencer import KeyState, Step
 from state import codecs
 from state.memory import MemoryStore
@@ -52,6 +53,25 @@ def test_a_step_is_written_at_once_deletions_first_and_read_back_from_memory() -
     store.log.clear()
     assert stores.load(0, "k") == (KeyState(4, confirmed=4), SeenWindow(0, 3))
     assert store.log == []  # no lookup
+
+
+def test_the_buffer_finds_messages_saved_here_without_a_parse_and_never_a_deleted_one() -> None:
+    store = LogStore()
+    stores = Stores(store)
+    m5 = Message("k", "m5", 5, "t", b'{"messageId":"m5","seq":5,"type":"t"}')
+    m6 = Message("k", "m6", 6, "t", b'{"messageId":"m6","seq":6,"type":"t"}')
+    for m in (m5, m6):
+        stores.save(0, "k", Step(KeyState(1, buffered=m.seq - 4), buffer_put=m), SeenWindow())
+    store.log.clear()
+    assert stores.buffer(0, "k").get(5) is m5  # the very object: no read, no parse
+    assert store.log == []
+    assert stores.buffer(1, "k").get(5) is None  # another partition's key
+    stores.confirm(0, "k", Step(KeyState(7, confirmed=6), buffer_deletes=(5,)), SeenWindow())
+    assert stores.buffer(0, "k").get(5) is None
+    assert stores.buffer(0, "k").get(6) is m6
+    store.delete(0, codecs.buffer_key("k", 6))  # a recovery replaced the partition's state
+    stores.forget_cached()
+    assert stores.buffer(0, "k").get(6) is None
 
 
 slots = st.tuples(st.integers(0, 1), st.sampled_from(["a", "b", "c", "d"]))
