@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import gc
 import os
 import shutil
 import signal
@@ -55,6 +56,11 @@ def faust_worker(app: Any, settings: Settings) -> Any:
     return worker
 
 
+def tune_gc(settings: Settings) -> None:
+    """Apply the garbage-collector thresholds of ``settings`` to this process."""
+    gc.set_threshold(*settings.gc_thresholds())
+
+
 def run_worker(settings: Settings) -> None:
     """Run the worker in the foreground until SIGINT/SIGTERM (graceful stop)."""
 
@@ -91,6 +97,7 @@ def run_worker(settings: Settings) -> None:
             f"web http://{settings.web_host}:{settings.web_port}/",
             flush=True,
         )
+        tune_gc(settings)
         worker = faust_worker(app, settings)
         try:
             worker.execute_from_commandline()

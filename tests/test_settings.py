@@ -1,0 +1,28 @@
+"""Settings that the worker parses itself (seqkeeper/settings.py)."""
+
+from __future__ import annotations
+
+import gc
+
+import pytest
+
+from seqkeeper.settings import Settings
+from seqkeeper.worker import tune_gc
+
+
+def test_gc_thresholds_default_env_and_errors(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert Settings().gc_thresholds() == (5000, 20, 50)
+    monkeypatch.setenv("SEQKEEPER_GC_THRESHOLD", "700, 10, 10")
+    assert Settings().gc_thresholds() == (700, 10, 10)
+    for bad in ("700,10", "a,b,c", "700,-1,10", ""):
+        with pytest.raises(ValueError, match="three non-negative integers"):
+            Settings(gc_threshold=bad).gc_thresholds()
+
+
+def test_the_worker_applies_the_thresholds() -> None:
+    before = gc.get_threshold()
+    try:
+        tune_gc(Settings(gc_threshold="1234,5,6"))
+        assert gc.get_threshold() == (1234, 5, 6)
+    finally:
+        gc.set_threshold(*before)
