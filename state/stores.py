@@ -52,7 +52,7 @@ class ReorderBuffer:
         store: PartitionStore,
         partition: int,
         key: str,
-        held: dict[Held, Message] | None = None,
+        held: dict[Held, HeldMessage] | None = None,
     ) -> None:
         self._store = store
         self._partition = partition
@@ -62,7 +62,7 @@ class ReorderBuffer:
     def get(self, seq: int) -> Message | None:
         found = self._held.get((self._partition, self._key, seq))
         if found is not None:
-            return found
+            return Message(self._key, *found)
         raw = self._store.get(self._partition, codecs.buffer_key(self._key, seq))
         return None if raw is None else parse(self._key.encode("utf-8"), raw)
 
@@ -128,6 +128,10 @@ MESSAGES_HELD = 100_000
 
 Slot = tuple[int, str]  # (partition, key)
 Held = tuple[int, str, int]  # (partition, key, seq)
+#: A held message's fields after its key: a plain tuple, which the garbage
+#: collector stops tracking (a Message stays tracked: one per message, kept
+#: until its confirmation, made every collection longer)
+HeldMessage = tuple[str, int, str, bytes, float | None]
 
 
 @dataclass
@@ -149,7 +153,7 @@ class Stores:
     _unwritten: set[Slot] = field(default_factory=set, init=False, repr=False)
     #: the messages put in the reorder buffer by :meth:`save` and not deleted
     #: since (up to :data:`MESSAGES_HELD`): a release needs no parse
-    _held: dict[Held, Message] = field(default_factory=dict, init=False, repr=False)
+    _held: dict[Held, HeldMessage] = field(default_factory=dict, init=False, repr=False)
 
     def load(self, partition: int, key: str) -> tuple[KeyState, SeenWindow]:
         slot = (partition, key)
@@ -236,7 +240,13 @@ class Stores:
             held = self._held
             if len(held) >= MESSAGES_HELD:
                 held.clear()
-            held[(partition, key, put.seq)] = put
+            held[(partition, key, put.seq)] = (
+                put.message_id,
+                put.seq,
+                put.type,
+                put.value,
+                put.event_time,
+            )
         self._delete_buffered(changes, partition, key, step.buffer_deletes)  # before the state
         changes.append(self._state_change(partition, key, step.state, window))
         self.state.write(partition, changes)

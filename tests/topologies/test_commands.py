@@ -43,7 +43,7 @@ def feed(topology: CommandTopology, *records: tuple[bytes, bytes]) -> None:
 
 
 def sent(batch) -> dict[str, bytes]:  # type: ignore[no-untyped-def]
-    return {orjson.loads(r.value)["messageId"]: r.value for r in batch.records}
+    return {orjson.loads(v)["messageId"]: v for _, _, v, _ in batch.records}
 
 
 def test_crash_between_persist_and_dispatch_dispatches_the_same_messages() -> None:
@@ -94,13 +94,13 @@ def test_poison_and_transient_failures_keep_the_partition_flowing() -> None:
     topology.on_record(0, 2, key, value, [("tenant", b"t2")], 1.0, 100.0)
     feed(topology, cmd("ok", "AddStock", {"quantity": 1}))
     batch = topology.take()
-    dead = [dict(r.headers or []) for r in batch.records if r.topic == SETTINGS.command_dlq_topic]
+    dead = [dict(h or []) for t, _, _, h in batch.records if t == SETTINGS.command_dlq_topic]
     assert [h["seqkeeper.reason"] for h in dead] == [
         b"invalid-envelope",
         b"unknown-command-type",
         b"tenant-mismatch",
     ]
-    replies = [orjson.loads(r.value) for r in batch.records if r.topic == "replies"]
+    replies = [orjson.loads(v) for t, _, v, _ in batch.records if t == "replies"]
     assert [r["messageId"] for r in replies] == ["x:reply", "ok:reply"]
     assert replies[1]["success"] and not replies[0]["success"]
 
@@ -131,7 +131,7 @@ def test_transient_failures_are_retried_by_the_timer_then_dead_lettered() -> Non
     for now in (100.5, 101.0, 103.0):
         restarted.on_tick(now)
     records = restarted.take().records
-    dead = [dict(r.headers or []) for r in records if r.topic == settings.command_dlq_topic]
+    dead = [dict(h or []) for t, _, _, h in records if t == settings.command_dlq_topic]
     assert calls == {"soon": 3, "never": 3}
     assert len(dead) == 1 and dead[0]["seqkeeper.attempts"] == b"3"
     assert b"ConnectionError" in dead[0]["kafka_dlt-exception-fqcn"]

@@ -100,11 +100,9 @@ class World:
         batch = self.topology.take()
         self.durable = len(self.changelog)  # the shell awaits these writes first
         by_topic: dict[str, list[Record]] = defaultdict(list)
-        for out in batch.records:
-            out_topic = self.outputs[out.topic]
-            by_topic[out.topic].append(
-                Record(out.topic, 0, 0, out.key, out.value, tuple(out.headers or ()), 0)
-            )
+        for topic, key, value, headers in batch.records:
+            self.outputs.setdefault(topic, [])  # the topic exists, even if nothing reaches it
+            by_topic[topic].append(Record(topic, 0, 0, key, value, tuple(headers or ()), 0))
         for name, records in by_topic.items():
             keep = len(records) if delivered is None else min(delivered[name], len(records))
             for rec in records[:keep]:
