@@ -39,7 +39,7 @@ PRODUCER_BATCH_BYTES = 512 * 1024
 #: One output record: topic (a role the topology knows, or a topic name),
 #: key, value, headers. A plain tuple: the hot path makes two per message,
 #: and the garbage collector stops tracking a tuple of strings and bytes
-#: (never one of a tuple subclass: a NamedTuple outbox of 20,000 records
+#: (never a dataclass or a tuple subclass: an outbox of 20,000 such records
 #: was traversed by every collection until the cycle took it).
 Out = tuple[str, bytes | None, bytes | None, Headers]
 

@@ -80,8 +80,8 @@ def test_the_timer_sweep_forgets_aged_ids_of_quiet_keys() -> None:
 def test_queued_outputs_are_not_tracked_by_the_garbage_collector() -> None:
     """Every message queues two outputs until the next outbox cycle; as plain
     tuples of bytes the collector stops traversing them at its first pass
-    (a tuple subclass stays tracked, and the default thresholds then cost
-    the worker a fifth of its time, issue 7)."""
+    (a dataclass or a tuple subclass stays tracked: every collection
+    traverses it until the cycle takes it, issue 7)."""
     topology = run("")
     records = topology.outbox.records
     assert len(records) == 3  # two accepted (deduped), one of them released (ordered)
