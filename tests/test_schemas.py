@@ -79,14 +79,14 @@ def test_commands_replies_and_events_match_their_schemas() -> None:
         topology.on_record(0, offset, key, value, [], 1.0, 1e9)
     out = topology.take().records
     by_topic = {
-        "replies": [r for r in out if r.topic == "commands.replies"],
-        "events": [r for r in out if r.topic == settings.events_topic],
+        "replies": [v or b"" for t, _, v, _ in out if t == "commands.replies"],
+        "events": [v or b"" for t, _, v, _ in out if t == settings.events_topic],
     }
     assert by_topic["replies"] and by_topic["events"]
-    for r in by_topic["replies"]:
-        assert replies.is_valid(orjson.loads(r.value or b"")), r.value
-    for r in by_topic["events"]:
-        assert events.is_valid(orjson.loads(r.value or b"")), r.value
+    for value in by_topic["replies"]:
+        assert replies.is_valid(orjson.loads(value)), value
+    for value in by_topic["events"]:
+        assert events.is_valid(orjson.loads(value)), value
 
 
 def _json_or_none(value: bytes) -> object:
