@@ -11,6 +11,7 @@ from seqkeeper.worker import tune_gc
 
 
 def test_gc_thresholds_default_env_and_errors(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SEQKEEPER_GC_THRESHOLD", raising=False)
     assert Settings().gc_thresholds() == (5000, 20, 50)
     monkeypatch.setenv("SEQKEEPER_GC_THRESHOLD", "700, 10, 10")
     assert Settings().gc_thresholds() == (700, 10, 10)
