@@ -64,6 +64,11 @@ def test_smoke_run_writes_every_figure(broker, spark, tmp_path) -> None:
     assert to_limit["value"] == pytest.approx(sum(to_limit["detail"]["rounds"]) / 2)
     ours = next(f for f in result["figures"] if f["name"].startswith("seqkeeper:"))
     assert len(ours["detail"]["rounds"]) == 2 and ours["value"] in ours["detail"]["rounds"]
+    # the peer runs once: its ratio is to the seqkeeper run right after it
+    peer = next(f for f in result["figures"] if f["name"].startswith("peer:"))
+    to_peer = next(r for r in result["ratios"] if r["name"] == "seqkeeper / peer")
+    assert to_peer["detail"]["seqkeeper"] == ours["detail"]["rounds"][0]
+    assert to_peer["value"] == pytest.approx(ours["detail"]["rounds"][0] / peer["value"])
     paths = write(result, tmp_path / "results")
     assert json.loads((tmp_path / "results" / "latest.json").read_text())["machine"]["cpus"] >= 1
     assert {p.name for p in paths} >= {"latest.json", "throughput.png", "latency_cdf.png"}
