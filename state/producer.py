@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from aiokafka.partitioner import murmur2
@@ -75,16 +75,15 @@ class BatchProducer:
         return choose
 
     async def send(
-        self, records: dict[tuple[str, int], list[Record]]
+        self, records: Mapping[tuple[str, int], Iterable[Record]]
     ) -> dict[tuple[str, int], int]:
         """Send every partition's records in order; wait until all are
-        acknowledged; the offset of each partition's last record."""
+        acknowledged; the offset of each partition's last record (partitions
+        with no records are left out)."""
         producer = self._producer()
         waits: list[tuple[tuple[str, int], Any, int]] = []
         millis = int(time.time() * 1000)  # one timestamp per call
         for (topic, partition), items in records.items():
-            if not items:
-                continue
             batch, count = producer.create_batch(), 0
             # aiokafka's own builder (BatchBuilder.append wraps it in checks
             # and serializers we do not use, and reads the clock per record)
@@ -100,6 +99,8 @@ class BatchProducer:
                     append = batch._builder.append
                     append(count, millis, key, value, headers)
                 count += 1
+            if count == 0:
+                continue  # no records for this partition (an empty iterable)
             batch._relative_offset = count
             fut = await producer.send_batch(batch, topic, partition=partition)
             waits.append(((topic, partition), fut, count))

@@ -94,3 +94,17 @@ def test_batches_hold_every_record_in_order_and_count_them(
         got += [(r.key, r.value, [tuple(h) for h in r.headers]) for r in read]
     assert got == [(k, v, [tuple(h) for h in hs]) for k, v, hs in records]
     assert last == {("t", 3): 100 * len(sent.batches) + sent.batches[-1][2].record_count() - 1}
+
+
+def test_records_may_come_as_any_iterable_and_an_empty_one_sends_nothing() -> None:
+    """The changelog's records come as a ``zip`` of two columns
+    (``state.rocksdb.Writes``): read once, and no batch for none."""
+    sent = Sent(2000)
+    records = [(b"k", b"v%d" % i, ()) for i in range(5)]
+    last = asyncio.run(
+        BatchProducer(lambda: sent).send({("t", 0): iter(records), ("t", 1): iter(())})
+    )
+    assert [(topic, partition) for topic, partition, _ in sent.batches] == [("t", 0)]
+    read = list(DefaultRecordBatch(bytearray(sent.batches[0][2]._build())))
+    assert [(r.key, r.value) for r in read] == [(k, v) for k, v, _ in records]
+    assert last == {("t", 0): 100 + 4}

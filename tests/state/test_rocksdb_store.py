@@ -111,10 +111,10 @@ class FakeProducer:
     def __init__(self) -> None:
         self.sent: dict[tuple[str, int], int] = {}
 
-    async def send(self, records: dict[tuple[str, int], list[Any]]) -> dict[tuple[str, int], int]:
+    async def send(self, records: dict[tuple[str, int], Any]) -> dict[tuple[str, int], int]:
         last = {}
         for tp, items in records.items():
-            self.sent[tp] = self.sent.get(tp, -1) + len(items)
+            self.sent[tp] = self.sent.get(tp, -1) + len(list(items))
             last[tp] = self.sent[tp]
         return last
 
@@ -162,7 +162,7 @@ def test_local_writes_wait_for_the_cycle_and_are_written_as_one_batch() -> None:
         assert store.get(0, b"s2") == b"newer"  # read from memory
         assert dbs[0].data == {}
         changelog = store.take_writes()  # the outbox cycle: now in RocksDB
-        assert [c[:2] for c in changelog[0]] == [
+        assert [c[:2] for c in changelog[0].records()] == [
             (b"s2", b"state"),
             (b"i1", b"seen"),
             (b"s2", b"newer"),
@@ -181,7 +181,7 @@ def test_a_buffer_entry_deleted_before_it_is_written_never_reaches_rocksdb() -> 
         store.sync()
         assert dbs[0].data == {b"s1": b"state"} and dbs[0].writes == 1
         # ... but the changelog got both: the put and the tombstone
-        assert [c[:2] for c in store.take_writes()[0]] == [(b"b1", None)]
+        assert [c[:2] for c in store.take_writes()[0].records()] == [(b"b1", None)]
 
 
 def test_confirmations_trailing_by_100_000_messages_still_save_the_writes() -> None:
@@ -200,6 +200,29 @@ def test_confirmations_trailing_by_100_000_messages_still_save_the_writes() -> N
         store.take_writes()
         assert not any(key.startswith(FAMILY) for key in dbs[0].data)
         assert dbs[0].writes == (lag + 3 * cycle) // cycle + 1  # the key states' batches
+
+
+def test_queued_changelog_records_hold_nothing_the_garbage_collector_examines() -> None:
+    """Until an outbox cycle takes them, a partition's changelog records
+    are two lists of bytes: no tracked tuple per write (each young
+    collection examined every one of them)."""
+    with deferred_store() as (store, _, _):
+        enabled = gc.isenabled()
+        gc.disable()  # a collection would untrack tuples of bytes itself
+        try:
+            for n in range(100):
+                store.write(0, [(b"b%03d" % n, b"message", ()), (b"s", b"%d" % n, ())])
+            queued = store._queued[0]
+            columns = [x for x in gc.get_referents(queued) if not isinstance(x, type)]
+            held = [x for column in columns for x in gc.get_referents(column)]
+            assert len(held) == 400 and not any(gc.is_tracked(x) for x in held)
+            assert [c[:2] for c in store.take_writes()[0].records()][-2:] == [
+                (b"b099", b"message"),
+                (b"s", b"99"),
+            ]
+        finally:
+            if enabled:
+                gc.enable()
 
 
 def test_a_db_that_held_buffer_entries_when_it_opened_is_read() -> None:
