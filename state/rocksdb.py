@@ -65,8 +65,8 @@ def _no_wal() -> Any:
 _NO_WAL = _no_wal()
 
 #: Writes of the deferred family kept in memory at most (then the oldest
-#: half is written). Under load a confirmation trails its message's put by
-#: what is in flight: up to ~50,000 messages in the 200,000-message bench,
+#: half is written). A buffer entry waits for its gap and then for its
+#: confirmation: up to ~84,000 waited at once in the 200,000-message bench,
 #: where a cap of 50,000 sent 175,000 of the 200,000 buffer entries to
 #: RocksDB and deleted them there again. Each waiting entry costs ~110 bytes
 #: beyond its message (whose bytes the outbox and ``Stores`` share).
@@ -78,10 +78,11 @@ _ABSENT = object()
 
 
 class Writes:
-    """A partition's changelog records taken by an outbox cycle, as two
-    columns: a list of ``(key, value, headers)`` tuples kept one tracked
-    tuple per write until the cycle took them (~40 % of what each young
-    garbage collection examined; lists of bytes add nothing to examine)."""
+    """A partition's changelog records until an outbox cycle takes them, as
+    two columns. A list of ``(key, value, headers)`` tuples, as before,
+    kept a tracked tuple per write until the cycle took it: ~40 % of what
+    each young garbage collection examined. Lists of bytes add nothing to
+    examine."""
 
     __slots__ = ("keys", "values")
 
