@@ -52,7 +52,7 @@ class ReorderBuffer:
         store: PartitionStore,
         partition: int,
         key: str,
-        held: dict[Held, HeldMessage] | None = None,
+        held: dict[bytes, HeldMessage] | None = None,
     ) -> None:
         self._store = store
         self._partition = partition
@@ -60,10 +60,11 @@ class ReorderBuffer:
         self._held = {} if held is None else held
 
     def get(self, seq: int) -> Message | None:
-        found = self._held.get((self._partition, self._key, seq))
-        if found is not None:
-            return Message(self._key, *found)
-        raw = self._store.get(self._partition, codecs.buffer_key(self._key, seq))
+        store_key = codecs.buffer_key(self._key, seq)
+        found = self._held.get(store_key)
+        if found is not None and found[0] == self._partition:
+            return Message(self._key, found[1], found[2], found[3], found[4], found[5])
+        raw = self._store.get(self._partition, store_key)
         return None if raw is None else parse(self._key.encode("utf-8"), raw)
 
     def first_after(self, seq: int) -> int | None:
@@ -127,11 +128,14 @@ KEY_STATES_KEPT = 100_000
 MESSAGES_HELD = 100_000
 
 Slot = tuple[int, str]  # (partition, key)
-Held = tuple[int, str, int]  # (partition, key, seq)
-#: A held message's fields after its key: a plain tuple, which the garbage
-#: collector stops tracking (a Message stays tracked: one per message, kept
-#: until its confirmation, made every collection longer)
-HeldMessage = tuple[str, int, str, bytes, float | None]
+#: A held message: its partition, then its fields after its key. A plain
+#: tuple, which the garbage collector stops tracking (a Message stays
+#: tracked: one per message, kept until its confirmation, made every
+#: collection longer). Held by the buffer entry's store key (bytes: a
+#: ``(partition, key, seq)`` key was one more tracked tuple per message);
+#: the same store key in another partition replaces it, which only costs
+#: that lookup a store read.
+HeldMessage = tuple[int, str, int, str, bytes, float | None]
 
 
 @dataclass
@@ -153,7 +157,7 @@ class Stores:
     _unwritten: set[Slot] = field(default_factory=set, init=False, repr=False)
     #: the messages put in the reorder buffer by :meth:`save` and not deleted
     #: since (up to :data:`MESSAGES_HELD`): a release needs no parse
-    _held: dict[Held, HeldMessage] = field(default_factory=dict, init=False, repr=False)
+    _held: dict[bytes, HeldMessage] = field(default_factory=dict, init=False, repr=False)
 
     def load(self, partition: int, key: str) -> tuple[KeyState, SeenWindow]:
         slot = (partition, key)
@@ -236,11 +240,13 @@ class Stores:
                 changes.append((codecs.seen_id_key(key, mid), codecs.encode_seen_id(seen), ()))
         put = step.buffer_put
         if put is not None:
-            changes.append((codecs.buffer_key(key, put.seq), put.value, ()))
+            store_key = codecs.buffer_key(key, put.seq)
+            changes.append((store_key, put.value, ()))
             held = self._held
             if len(held) >= MESSAGES_HELD:
                 held.clear()
-            held[(partition, key, put.seq)] = (
+            held[store_key] = (
+                partition,
                 put.message_id,
                 put.seq,
                 put.type,
@@ -256,8 +262,9 @@ class Stores:
     ) -> None:
         held = self._held
         for seq in seqs:
-            changes.append((codecs.buffer_key(key, seq), None, ()))
-            held.pop((partition, key, seq), None)
+            store_key = codecs.buffer_key(key, seq)
+            changes.append((store_key, None, ()))
+            held.pop(store_key, None)  # (another partition's entry too: then it is read)
 
     def confirm(self, partition: int, key: str, step: Step, window: SeenWindow) -> None:
         """Persist a confirmation: the buffer deletions now, the new state in

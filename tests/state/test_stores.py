@@ -78,6 +78,23 @@ def test_the_buffer_finds_messages_saved_here_without_a_parse_and_never_a_delete
     assert stores.buffer(0, "k").get(6) is None
 
 
+def test_the_same_key_buffered_in_two_partitions_is_never_mixed_up() -> None:
+    """Held messages are found by the buffer entry's store key, which two
+    partitions may share: each partition gets its own message (one of them
+    from the store), and a deletion in one leaves the other's."""
+    store = LogStore()
+    stores = Stores(store)
+    first = Message("k", "m5", 5, "t", b'{"messageId":"m5","seq":5,"type":"t"}')
+    other = Message("k", "x5", 5, "t", b'{"messageId":"x5","seq":5,"type":"t"}')
+    stores.save(0, "k", Step(KeyState(1, buffered=1), buffer_put=first), SeenWindow())
+    stores.save(1, "k", Step(KeyState(1, buffered=1), buffer_put=other), SeenWindow())
+    assert stores.buffer(0, "k").get(5) == first
+    assert stores.buffer(1, "k").get(5) == other
+    stores.confirm(1, "k", Step(KeyState(6, confirmed=6), buffer_deletes=(5,)), SeenWindow())
+    assert stores.buffer(1, "k").get(5) is None
+    assert stores.buffer(0, "k").get(5) == first
+
+
 slots = st.tuples(st.integers(0, 1), st.sampled_from(["a", "b", "c", "d"]))
 ops = st.lists(
     st.one_of(
