@@ -57,8 +57,10 @@ def faust_worker(app: Any, settings: Settings) -> Any:
 
 
 def tune_gc(settings: Settings) -> None:
-    """Apply the garbage-collector thresholds of ``settings`` to this process."""
+    """Apply the garbage-collector thresholds and the thread switch interval
+    of ``settings`` to this process."""
     gc.set_threshold(*settings.gc_thresholds())
+    sys.setswitchinterval(settings.switch_seconds())
 
 
 def run_worker(settings: Settings) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import sys
 
 import pytest
 
@@ -20,10 +21,22 @@ def test_gc_thresholds_default_env_and_errors(monkeypatch: pytest.MonkeyPatch) -
             Settings(gc_threshold=bad).gc_thresholds()
 
 
-def test_the_worker_applies_the_thresholds() -> None:
-    before = gc.get_threshold()
+def test_the_worker_applies_the_thresholds_and_the_switch_interval() -> None:
+    before, switch = gc.get_threshold(), sys.getswitchinterval()
     try:
-        tune_gc(Settings(gc_threshold="1234,5,6"))
+        tune_gc(Settings(gc_threshold="1234,5,6", switch_interval=0.03))
         assert gc.get_threshold() == (1234, 5, 6)
+        assert sys.getswitchinterval() == pytest.approx(0.03)
     finally:
         gc.set_threshold(*before)
+        sys.setswitchinterval(switch)
+
+
+def test_switch_interval_default_env_and_errors(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SEQKEEPER_SWITCH_INTERVAL", raising=False)
+    assert Settings().switch_seconds() == 0.05
+    monkeypatch.setenv("SEQKEEPER_SWITCH_INTERVAL", "0.005")
+    assert Settings().switch_seconds() == 0.005
+    for bad in (0.0, -1.0, float("nan")):
+        with pytest.raises(ValueError, match="switch interval must be a positive number"):
+            Settings(switch_interval=bad).switch_seconds()
