@@ -56,7 +56,7 @@ def faust_worker(app: Any, settings: Settings) -> Any:
     return worker
 
 
-def tune_gc(settings: Settings) -> None:
+def tune_interpreter(settings: Settings) -> None:
     """Apply the garbage-collector thresholds and the thread switch interval
     of ``settings`` to this process."""
     gc.set_threshold(*settings.gc_thresholds())
@@ -99,7 +99,7 @@ def run_worker(settings: Settings) -> None:
             f"web http://{settings.web_host}:{settings.web_port}/",
             flush=True,
         )
-        tune_gc(settings)
+        tune_interpreter(settings)
         worker = faust_worker(app, settings)
         try:
             worker.execute_from_commandline()

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from seqkeeper.settings import Settings
-from seqkeeper.worker import tune_gc
+from seqkeeper.worker import tune_interpreter
 
 
 def test_gc_thresholds_default_env_and_errors(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -24,7 +24,7 @@ def test_gc_thresholds_default_env_and_errors(monkeypatch: pytest.MonkeyPatch) -
 def test_the_worker_applies_the_thresholds_and_the_switch_interval() -> None:
     before, switch = gc.get_threshold(), sys.getswitchinterval()
     try:
-        tune_gc(Settings(gc_threshold="1234,5,6", switch_interval=0.03))
+        tune_interpreter(Settings(gc_threshold="1234,5,6", switch_interval=0.03))
         assert gc.get_threshold() == (1234, 5, 6)
         assert sys.getswitchinterval() == pytest.approx(0.03)
     finally:
