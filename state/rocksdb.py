@@ -156,9 +156,7 @@ class FaustRocksStore:
         if not writes:
             return
         topic: str = self.table.changelog_topic.get_topic_name()
-        last = await self.producer.send(
-            {(topic, p): items.records() for p, items in writes.items() if items.keys}
-        )
+        last = await self.producer.send({(topic, p): w.records() for p, w in writes.items()})
         for (_, partition), offset in last.items():
             if self._waiting.get(partition):
                 self._offsets[partition] = offset  # written with the waiting writes
