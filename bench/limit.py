@@ -1,5 +1,7 @@
 """The limit baseline: plain aiokafka — consume, decode and encode JSON with
-orjson, produce, commit per batch. ``python -m bench.limit BOOTSTRAP IN OUT GROUP``."""
+orjson, produce, commit per batch.
+``python -m bench.limit BOOTSTRAP IN OUT GROUP [FETCH_MAX_WAIT_MS]``
+(aiokafka's 500 ms when not given)."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 
-async def main(bootstrap: str, source: str, sink: str, group: str) -> None:
+async def main(bootstrap: str, source: str, sink: str, group: str, wait_ms: int = 500) -> None:
     consumer = AIOKafkaConsumer(
         source,
         bootstrap_servers=bootstrap,
@@ -18,6 +20,7 @@ async def main(bootstrap: str, source: str, sink: str, group: str) -> None:
         enable_auto_commit=False,
         auto_offset_reset="earliest",
         max_poll_records=5_000,
+        fetch_max_wait_ms=wait_ms,
     )
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5, acks=1)
     await consumer.start()
@@ -39,4 +42,5 @@ async def main(bootstrap: str, source: str, sink: str, group: str) -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main(*sys.argv[1:5]))
+    bootstrap, source, sink, group, *wait = sys.argv[1:6]
+    asyncio.run(main(bootstrap, source, sink, group, *(int(w) for w in wait)))

@@ -8,7 +8,8 @@ import json
 import orjson
 import pytest
 
-from bench.harness import Bench, Sizes, run, workload, write
+from bench.harness import LATENCY_LINGER_MS, Bench, Sizes, run, workload, write
+from seqkeeper.settings import Settings
 
 pytestmark = pytest.mark.integration
 
@@ -69,6 +70,13 @@ def test_smoke_run_writes_every_figure(broker, spark, tmp_path) -> None:
     to_peer = next(r for r in result["ratios"] if r["name"] == "seqkeeper / peer")
     assert to_peer["detail"]["seqkeeper"] == ours["detail"]["rounds"][0]
     assert to_peer["value"] == pytest.approx(ours["detail"]["rounds"][0] / peer["value"])
+    # both latency pipelines: the same input producer, the worker's fetch wait
+    lat = next(f for f in result["figures"] if f["name"].startswith("latency p99"))
+    floor = next(f for f in result["figures"] if "plain aiokafka, latency" in f["name"])
+    wait = round(Settings(broker="-").fetch_max_wait * 1000)
+    for figure in (lat, floor):
+        assert figure["detail"]["producer linger ms"] == LATENCY_LINGER_MS
+        assert figure["detail"]["fetch max wait ms"] == wait
     paths = write(result, tmp_path / "results")
     assert json.loads((tmp_path / "results" / "latest.json").read_text())["machine"]["cpus"] >= 1
     assert {p.name for p in paths} >= {"latest.json", "throughput.png", "latency_cdf.png"}
