@@ -58,9 +58,15 @@ def faust_worker(app: Any, settings: Settings) -> Any:
 
 def tune_interpreter(settings: Settings) -> None:
     """Apply the garbage-collector thresholds and the thread switch interval
-    of ``settings`` to this process."""
+    of ``settings`` to this process, and freeze what exists by now (called
+    once the app is built): modules, classes and the app live as long as
+    the process, and a full collection no longer examines them (the one
+    full collection of a 20-second run at 7,000 msg/s examined ~35,000
+    objects instead of ~117,000 and took 15–51 ms instead of 73–87)."""
     gc.set_threshold(*settings.gc_thresholds())
     sys.setswitchinterval(settings.switch_seconds())
+    gc.collect()
+    gc.freeze()
 
 
 def run_worker(settings: Settings) -> None:

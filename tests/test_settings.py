@@ -23,11 +23,16 @@ def test_gc_thresholds_default_env_and_errors(monkeypatch: pytest.MonkeyPatch) -
 
 def test_the_worker_applies_the_thresholds_and_the_switch_interval() -> None:
     before, switch = gc.get_threshold(), sys.getswitchinterval()
+    gc.unfreeze()
     try:
         tune_interpreter(Settings(gc_threshold="1234,5,6", switch_interval=0.03))
         assert gc.get_threshold() == (1234, 5, 6)
         assert sys.getswitchinterval() == pytest.approx(0.03)
+        # what exists by now is left out of every collection from now on
+        assert gc.get_freeze_count() > 0
+        assert not gc.get_objects(generation=2)
     finally:
+        gc.unfreeze()
         gc.set_threshold(*before)
         sys.setswitchinterval(switch)
 
