@@ -9,6 +9,7 @@ COPY state state
 COPY topologies topologies
 COPY spark_sink spark_sink
 COPY seqkeeper seqkeeper
+COPY bench bench
 RUN pip install --no-cache-dir .
 ENV SEQKEEPER_DATA_DIR=/data
 VOLUME /data
