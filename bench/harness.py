@@ -338,7 +338,7 @@ class Bench:
         finally:
             w.stop()
         figure = _latency_figure(f"latency p99 at {rate:,.0f} msg/s, in order", lat)
-        figure.detail["fetch max wait ms"] = round(s.fetch_max_wait * 1000)
+        figure.detail["fetch max wait ms"] = s.fetch_wait_ms()
         return figure
 
     def limit_latency(self, rate: float) -> Figure:
@@ -350,7 +350,7 @@ class Bench:
         self.topics([src, dst])
         # it fetches with the worker's fetch wait: with aiokafka's 500 ms the
         # embedded broker holds a fetch that finds nothing that long
-        wait = round(self.settings(tag).fetch_max_wait * 1000)
+        wait = self.settings(tag).fetch_wait_ms()
         cmd = [sys.executable, "-m", "bench.limit", self.bootstrap, src, dst, tag, str(wait)]
         with process(cmd, {}, self.workdir / f"{tag}.log"):
             lat = asyncio.run(self._latency(src, dst, rate, self.sizes.latency_seconds))

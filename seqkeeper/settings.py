@@ -232,6 +232,16 @@ class Settings:
             )
         return float(self.switch_interval)
 
+    def fetch_wait_ms(self) -> int:
+        """:attr:`fetch_max_wait` in whole milliseconds (as Kafka clients
+        take it), checked (not negative)."""
+        if not self.fetch_max_wait >= 0:
+            raise ValueError(
+                "fetch max wait must be a non-negative number of seconds, "
+                f"got {self.fetch_max_wait!r}"
+            )
+        return round(self.fetch_max_wait * 1000)
+
     def resequencer_policy(self) -> Policy:
         if self.first_seq not in ("one", "first-seen"):
             raise ValueError(f"first_seq must be 'one' or 'first-seen', got {self.first_seq!r}")

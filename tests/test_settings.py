@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import gc
 import sys
+from pathlib import Path
 
 import pytest
 
 from seqkeeper.settings import Settings
 from seqkeeper.worker import tune_interpreter
+from topologies.shell import make_app
 
 
 def test_gc_thresholds_default_env_and_errors(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -45,3 +47,22 @@ def test_switch_interval_default_env_and_errors(monkeypatch: pytest.MonkeyPatch)
     for bad in (0.0, -1.0, float("nan")):
         with pytest.raises(ValueError, match="switch interval must be a positive number"):
             Settings(switch_interval=bad).switch_seconds()
+
+
+def test_fetch_wait_in_milliseconds_default_env_rounding_and_errors(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("SEQKEEPER_FETCH_MAX_WAIT", raising=False)
+    assert Settings().fetch_wait_ms() == 20
+    monkeypatch.setenv("SEQKEEPER_FETCH_MAX_WAIT", "0.0299")
+    # rounded, not truncated: 0.0299 s is 30 ms, not 29
+    assert Settings().fetch_wait_ms() == 30
+    assert Settings(fetch_max_wait=0.0).fetch_wait_ms() == 0
+    for bad in (-0.001, float("nan")):
+        with pytest.raises(ValueError, match="fetch max wait must be a non-negative"):
+            Settings(fetch_max_wait=bad).fetch_wait_ms()
+
+
+def test_the_worker_app_fetches_with_the_settings_wait(tmp_path: Path) -> None:
+    app = make_app(Settings(broker="127.0.0.1:1", data_dir=tmp_path, fetch_max_wait=0.0299))
+    assert app.fetch_max_wait_ms == 30

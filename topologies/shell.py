@@ -121,7 +121,7 @@ def make_app(settings: Settings) -> faust.App:
         # grew longer than the last (latency p99 at 2,500 msg/s: 2 s).
         producer_max_batch_size=PRODUCER_BATCH_BYTES,
     )
-    app.fetch_max_wait_ms = int(settings.fetch_max_wait * 1000)
+    app.fetch_max_wait_ms = settings.fetch_wait_ms()
     app.group_instance_id = settings.instance_id or None
     return app
 

@@ -73,7 +73,7 @@ def test_smoke_run_writes_every_figure(broker, spark, tmp_path) -> None:
     # both latency pipelines: the same input producer, the worker's fetch wait
     lat = next(f for f in result["figures"] if f["name"].startswith("latency p99"))
     floor = next(f for f in result["figures"] if "plain aiokafka, latency" in f["name"])
-    wait = round(Settings(broker="-").fetch_max_wait * 1000)
+    wait = Settings(broker="-").fetch_wait_ms()
     for figure in (lat, floor):
         assert figure["detail"]["producer linger ms"] == LATENCY_LINGER_MS
         assert figure["detail"]["fetch max wait ms"] == wait
