@@ -77,6 +77,13 @@ def test_smoke_run_writes_every_figure(broker, spark, tmp_path) -> None:
     for figure in (lat, floor):
         assert figure["detail"]["producer linger ms"] == LATENCY_LINGER_MS
         assert figure["detail"]["fetch max wait ms"] == wait
+    # buffer depth: timed from the start of the workload's publication, so
+    # every ordered output of the workload is counted
+    for depth in [f for f in result["figures"] if "buffered on one key" in f["name"]]:
+        assert depth["detail"]["counted"] == TINY.messages
+        assert len(depth["detail"]["rounds"]) == 2 and depth["value"] in depth["detail"]["rounds"]
+    to_shallow = next(r for r in result["ratios"] if r["name"].endswith("/ 10 buffered"))
+    assert len(to_shallow["detail"]["rounds"]) == 2
     paths = write(result, tmp_path / "results")
     assert json.loads((tmp_path / "results" / "latest.json").read_text())["machine"]["cpus"] >= 1
     assert {p.name for p in paths} >= {"latest.json", "throughput.png", "latency_cdf.png"}
