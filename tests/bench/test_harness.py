@@ -77,6 +77,12 @@ def test_smoke_run_writes_every_figure(broker, spark, tmp_path) -> None:
     for figure in (lat, floor):
         assert figure["detail"]["producer linger ms"] == LATENCY_LINGER_MS
         assert figure["detail"]["fetch max wait ms"] == wait
+    # seqkeeper and the peer in the limit's unit: input records per second
+    # (duplicates included), not distinct outputs per second
+    per_output = len(bench.records) / bench.distinct
+    assert per_output > 1
+    for figure in (ours, peer):
+        assert figure["value"] == pytest.approx(figure["detail"]["outputs per s"] * per_output)
     # buffer depth: timed from the start of the workload's publication, so
     # every ordered output of the workload is counted
     for depth in [f for f in result["figures"] if "buffered on one key" in f["name"]]:
