@@ -685,6 +685,17 @@ def _median_figure(figures: list[Figure]) -> Figure:
     return middle
 
 
+def _ratio_of_rounds(
+    name: str, tops: list[Figure], bottoms: list[Figure], target: str, least: float
+) -> Figure:
+    """The median of each round's ratio ``tops[i] / bottoms[i]``."""
+    per_round = [t.value / b.value for t, b in zip(tops, bottoms, strict=True)]
+    r = statistics.median(per_round)
+    return Figure(
+        name, r, "×", target, r >= least, {"rounds": per_round, "median of": "each round's ratio"}
+    )
+
+
 def run(bench: Bench, only: set[str] | None = None) -> dict[str, Any]:
     """Every figure, with the ratios issue 7 asks for. A section that fails
     is reported as failed (with the error) and the others still run."""
@@ -723,8 +734,6 @@ def run(bench: Bench, only: set[str] | None = None) -> dict[str, Any]:
         assert peer is not None
         limit, ours = _median_figure(limits), _median_figure(runs)
         figures.extend([limit, peer, ours])
-        per_round = [o.value / lim.value for o, lim in zip(runs, limits, strict=True)]
-        r_limit = statistics.median(per_round)
         # The peer runs once (it takes minutes); it is compared with the
         # seqkeeper run right after it: this machine's speed drifted by up to
         # 2.5 x within one bench run, so the median round may be far from it.
@@ -732,14 +741,7 @@ def run(bench: Bench, only: set[str] | None = None) -> dict[str, Any]:
         r_peer = beside / peer.value
         ratios.extend(
             [
-                Figure(
-                    "seqkeeper / limit",
-                    r_limit,
-                    "×",
-                    "≥ 0.5",
-                    r_limit >= 0.5,
-                    {"rounds": per_round, "median of": "each round's ratio"},
-                ),
+                _ratio_of_rounds("seqkeeper / limit", runs, limits, "≥ 0.5", 0.5),
                 Figure(
                     "seqkeeper / peer",
                     r_peer,
@@ -774,18 +776,8 @@ def run(bench: Bench, only: set[str] | None = None) -> dict[str, Any]:
                 f"{deeps[-1].value:,.0f} with {bench.sizes.deep_buffer:,}"
             )
         figures.extend([_median_figure(shallows), _median_figure(deeps)])
-        per_round = [d.value / s.value for d, s in zip(deeps, shallows, strict=True)]
-        r = statistics.median(per_round)
-        ratios.append(
-            Figure(
-                f"{bench.sizes.deep_buffer:,} buffered / 10 buffered",
-                r,
-                "×",
-                "≥ 0.7",
-                r >= 0.7,
-                {"rounds": per_round, "median of": "each round's ratio"},
-            )
-        )
+        name = f"{bench.sizes.deep_buffer:,} buffered / 10 buffered"
+        ratios.append(_ratio_of_rounds(name, deeps, shallows, "≥ 0.7", 0.7))
 
     def restart() -> None:
         bench.say("restart and memory with a large state")
