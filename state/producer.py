@@ -28,6 +28,33 @@ PICKS_REMEMBERED = 100_000
 Header = tuple[str, bytes]
 _NO_HEADERS: list[Header] = []  # read only
 Record = tuple[bytes | None, bytes | None, Sequence[Header]]
+#: A record addressed by a name (:meth:`BatchProducer.group`): name, key,
+#: value, headers (``None``: none).
+Out = tuple[str, bytes | None, bytes | None, Sequence[Header] | None]
+
+
+class Partitioner:
+    """A topic's partitioner (:meth:`BatchProducer.partitioner`): the
+    partition aiokafka's default partitioner picks for a key, remembered in
+    ``known`` (``None`` keys go to a random partition, never remembered)."""
+
+    __slots__ = ("partitions", "known")
+
+    def __init__(self, partitions: list[int]) -> None:
+        self.partitions = partitions
+        self.known: dict[bytes | None, int] = {}
+
+    def __call__(self, key: bytes | None) -> int:
+        parts = self.partitions
+        if key is None:
+            return int(random.choice(parts))
+        known = self.known
+        found = known.get(key)
+        if found is None:
+            if len(known) >= PICKS_REMEMBERED:
+                known.clear()
+            found = known[key] = int(parts[(murmur2(key) & 0x7FFFFFFF) % len(parts)])
+        return found
 
 
 class BatchProducer:
@@ -37,7 +64,7 @@ class BatchProducer:
     def __init__(self, producer: Callable[[], Any]) -> None:
         self._producer = producer
         self._partitions: dict[str, list[int]] = {}
-        self._picks: dict[str, Callable[[bytes | None], int]] = {}
+        self._picks: dict[str, Partitioner] = {}
 
     async def partitions(self, topic: str) -> list[int]:
         known = self._partitions.get(topic)
@@ -50,29 +77,44 @@ class BatchProducer:
             self._partitions[topic] = known
         return known
 
-    async def partitioner(self, topic: str) -> Callable[[bytes | None], int]:
+    async def partitioner(self, topic: str) -> Partitioner:
         """A plain function choosing ``topic``'s partition for a key as
         aiokafka's default partitioner does (no await per record). It
         remembers up to :data:`PICKS_REMEMBERED` keys (murmur2 is pure Python)."""
         pick = self._picks.get(topic)
-        if pick is not None:
-            return pick
-        parts = await self.partitions(topic)
-        n = len(parts)
-        known: dict[bytes, int] = {}
+        if pick is None:
+            pick = self._picks[topic] = Partitioner(await self.partitions(topic))
+        return pick
 
-        def choose(key: bytes | None) -> int:
-            if key is None:
-                return int(random.choice(parts))
-            found = known.get(key)
-            if found is None:
-                if len(known) >= PICKS_REMEMBERED:
-                    known.clear()
-                found = known[key] = int(parts[(murmur2(key) & 0x7FFFFFFF) % n])
-            return found
-
-        self._picks[topic] = choose
-        return choose
+    async def group(
+        self, records: Iterable[Out], topic_of: Callable[[str], str]
+    ) -> dict[tuple[str, int], list[Record]]:
+        """``records`` (each addressed by a name, ``topic_of(name)`` is its
+        topic) grouped per topic-partition for :meth:`send`, each group in
+        the order given; the partition as :meth:`partitioner` picks it. One
+        pass, no call per record for a key whose partition is remembered."""
+        routes: dict[str, tuple[dict[bytes | None, int], list[list[Record]], Partitioner]] = {}
+        lists_of: dict[str, list[list[Record]]] = {}
+        for name, key, value, headers in records:
+            route = routes.get(name)
+            if route is None:
+                topic = topic_of(name)
+                pick = await self.partitioner(topic)
+                lists = lists_of.get(topic)
+                if lists is None:  # (names of one topic share its lists: one order)
+                    lists = lists_of[topic] = [[] for _ in range(max(pick.partitions) + 1)]
+                route = routes[name] = (pick.known, lists, pick)
+            known, lists, pick = route
+            partition = known.get(key)
+            if partition is None:
+                partition = pick(key)
+            lists[partition].append((key, value, headers or ()))
+        return {
+            (topic, partition): records
+            for topic, lists in lists_of.items()
+            for partition, records in enumerate(lists)
+            if records
+        }
 
     async def send(
         self, records: Mapping[tuple[str, int], Iterable[Record]]

@@ -24,7 +24,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 
 from seqkeeper.settings import Settings
 from state.faust_glue import App
-from state.producer import BatchProducer, Record
+from state.producer import BatchProducer
 from state.rocksdb import FaustRocksStore
 
 log = logging.getLogger("seqkeeper.shell")
@@ -161,15 +161,9 @@ def install_outbox(
             await store.flush(writes)
             if not batch:
                 return
-            grouped: dict[tuple[str, int], list[Record]] = {}
-            routes: dict[str, tuple[str, Callable[[bytes | None], int]]] = {}
-            for role, key, value, headers in batch.records:
-                route = routes.get(role)
-                if route is None:
-                    name = resolve(role).get_topic_name()
-                    route = routes[role] = (name, await producer.partitioner(name))
-                topic, pick = route
-                grouped.setdefault((topic, pick(key)), []).append((key, value, headers or ()))
+            grouped = await producer.group(
+                batch.records, lambda role: resolve(role).get_topic_name()
+            )
             await producer.send(grouped)
             topology.confirm(batch)
 

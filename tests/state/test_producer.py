@@ -108,3 +108,36 @@ def test_records_may_come_as_any_iterable_and_an_empty_one_sends_nothing() -> No
     read = list(DefaultRecordBatch(bytearray(sent.batches[0][2]._build())))
     assert [(r.key, r.value) for r in read] == [(k, v) for k, v, _ in records]
     assert last == {("t", 0): 100 + 4}
+
+
+named = st.tuples(
+    st.sampled_from(["ordered", "deduped", "dlq", "late"]),
+    st.none() | st.sampled_from([b"k%d" % i for i in range(12)]),
+    st.binary(max_size=8),
+    st.none() | st.just([("h", b"1")]),
+)
+
+
+@given(st.lists(named, max_size=60), st.integers(1, 5))
+def test_grouping_keeps_each_partition_s_records_in_order(
+    records: list[tuple[str, bytes | None, bytes, list[tuple[str, bytes]] | None]],
+    partitions: int,
+) -> None:
+    """Per topic-partition, the records in the order given, where the
+    partitioner puts them; names of one topic (here ``dlq`` and ``late``)
+    share its partitions' order. ``None`` keys go anywhere, each once."""
+    producer = BatchProducer(lambda: _producer(partitions))
+    topics = {"ordered": "o", "deduped": "d", "dlq": "x", "late": "x"}
+    grouped = asyncio.run(producer.group(records, topics.__getitem__))
+    pick = asyncio.run(producer.partitioner("o"))
+    for (_, partition), group in grouped.items():
+        assert group, "no empty group"
+        assert all(pick(k) == partition for k, _, _ in group if k is not None)
+    for topic in set(topics.values()):
+        mine = [(k, v, h or ()) for name, k, v, h in records if topics[name] == topic]
+        theirs = [r for (t, _), group in grouped.items() if t == topic for r in group]
+        assert sorted(theirs, key=repr) == sorted(mine, key=repr)
+        for (t, _), group in grouped.items():
+            if t == topic:  # a subsequence of the records given, in their order
+                rest = iter(mine)
+                assert all(any(r == m for m in rest) for r in group)
