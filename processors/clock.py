@@ -33,9 +33,10 @@ class StreamClock:
         """The clock after processing a record with this timestamp at ``wall``."""
         if self.time is None:
             return StreamClock(wall if record_time is None else record_time, wall)
-        if record_time is None:
-            return StreamClock(self.time, wall)
-        return StreamClock(max(self.time, record_time), wall)
+        if record_time is not None and record_time > self.time:
+            return StreamClock(record_time, wall)
+        # the same clock (records of one fetch share ``wall``): no new one
+        return self if wall == self.moved_at else StreamClock(self.time, wall)
 
     def idle(self, wall: float) -> StreamClock:
         """The partition is caught up: past the grace, time follows the wall clock."""

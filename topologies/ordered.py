@@ -70,6 +70,8 @@ from topologies.shell import (
 
 log = logging.getLogger("seqkeeper.ordered")
 
+#: A partition's clock before its first record (a value: shared).
+_NO_CLOCK = StreamClock()
 #: Keys whose seen ids the timer checks for age per partition and tick; it
 #: walks all keys round-robin, so quiet keys forget old ids too.
 SWEEP_KEYS_PER_TICK = 64
@@ -127,7 +129,7 @@ class OrderedTopology(OutboxOwner):
         (the stream clock follows it, or the configured event-time field)."""
         self.arrived += 1
         self.processed[partition] = offset
-        clock = self.clocks.get(partition, StreamClock())
+        clock = self.clocks.get(partition, _NO_CLOCK)
         try:
             message = parse(key, value, self.time_field)
         except InvalidMessage as exc:
@@ -199,7 +201,7 @@ class OrderedTopology(OutboxOwner):
             if highwater is not None:
                 lag = highwater - (self.processed.get(partition, -1) + 1)
                 self.metrics.lag.labels(str(partition)).set(max(0, lag))
-            clock = self.clocks.get(partition, StreamClock())
+            clock = self.clocks.get(partition, _NO_CLOCK)
             if highwater is not None and highwater <= self.processed.get(partition, -1) + 1:
                 clock = self.clocks[partition] = clock.idle(wall)
             now = clock.now(wall)

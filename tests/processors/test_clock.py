@@ -35,3 +35,19 @@ def test_backlog_follows_record_times_not_processing_speed() -> None:
     for i in range(1000):
         clock = clock.observe(100.0 + i * 0.001, 500.0 + i * 0.01)
     assert abs(clock.now(510.0) - 100.999) < 1e-9
+
+
+times = st.floats(0, 1e9, allow_nan=False)
+
+
+@given(st.none() | times, times, st.none() | times, st.sampled_from(["same", "later"]))
+def test_observe_is_the_newest_time_at_the_wall_clock_given(
+    start: float | None, moved: float, record_time: float | None, when: str
+) -> None:
+    """An observation's clock is (newest time seen, ``wall``): the one it
+    was when nothing changes (records of one fetch share the wall time)."""
+    clock = StreamClock(start, moved)
+    wall = moved if when == "same" else moved + 1.0
+    seen = [t for t in (start, record_time) if t is not None]
+    expected = StreamClock(max(seen) if seen else wall, wall)
+    assert clock.observe(record_time, wall) == expected
