@@ -64,6 +64,17 @@ def _no_wal() -> Any:
 #: RocksDB closes.
 _NO_WAL = _no_wal()
 
+#: A bloom filter over the whole keys in each memtable (RocksDB's filters
+#: are per SST file): most lookups are seen-id misses, and without one a
+#: miss searches the memtable's skiplist. A miss cost 0.5-0.9 us instead of
+#: 1.0-1.9 us (8 MiB write buffer, 50,000-1,200,000 keys written), and the
+#: core path ~2.5 % less CPU per record. Its memory: a tenth of the write
+#: buffer per memtable. Set when a DB opens (a mutable option).
+MEMTABLE_BLOOM = {
+    "memtable_prefix_bloom_size_ratio": "0.1",
+    "memtable_whole_key_filtering": "true",
+}
+
 #: Writes of the deferred family kept in memory at most (then the oldest
 #: half is written). A buffer entry waits for its gap and then for its
 #: confirmation: up to ~84,000 waited at once in the 200,000-message bench,
@@ -213,6 +224,7 @@ class FaustRocksStore:
         # most the write-ahead log on a reopened DB).
         if id(db) != self._tuned.get(partition):  # opened (again) by Faust
             db.set_write_options(_NO_WAL)
+            db.set_options(MEMTABLE_BLOOM)
             self._tuned[partition] = id(db)
             self._in_db.pop(partition, None)
             if self._family >= 0:

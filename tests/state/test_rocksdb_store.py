@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from rocksdict import Options, Rdict
 
 from state.memory import MemoryStore
-from state.rocksdb import DEFERRED_KEPT, FaustRocksStore
+from state.rocksdb import DEFERRED_KEPT, MEMTABLE_BLOOM, FaustRocksStore
 
 
 class FakeDB:
@@ -30,6 +30,9 @@ class FakeDB:
 
     def set_write_options(self, options: Any) -> None:
         self.options = options
+
+    def set_options(self, options: dict[str, str]) -> None:
+        pass
 
     def get(self, key: bytes) -> bytes | None:
         return self.data.get(key)
@@ -78,6 +81,9 @@ class RealDB:
 
     def set_write_options(self, options: Any) -> None:
         self.db.set_write_options(options)
+
+    def set_options(self, options: dict[str, str]) -> None:
+        self.db.set_options(options)
 
     def get(self, key: bytes) -> bytes | None:
         found: bytes | None = self.db.get(key)
@@ -153,6 +159,17 @@ def deferred_store(
         finally:
             for db in dbs.values():
                 db.db.close()
+
+
+def test_each_db_gets_a_memtable_bloom_filter_when_it_opens() -> None:
+    """Seen-id misses are answered by a filter, not a memtable search:
+    RocksDB records the options set in the DB's latest OPTIONS file."""
+    with deferred_store() as (store, dbs, _):
+        store.put(0, b"s1", b"state")
+        latest = max(dbs[0].path.glob("OPTIONS-*"), key=lambda f: int(f.name.split("-")[1]))
+        text = latest.read_text()
+        for name, value in MEMTABLE_BLOOM.items():
+            assert f"{name}={value}" in text
 
 
 def test_local_writes_wait_for_the_cycle_and_are_written_as_one_batch() -> None:
