@@ -8,7 +8,7 @@ import gc
 from hypothesis import given
 from hypothesis import strategies as st
 
-from processors.deduplicator import SeenWindow
+from processors.deduplicator import Seen, SeenWindow
 from processors.envelope import Message
 from processors.resequencer import KeyState, Step
 from state import codecs
@@ -156,3 +156,51 @@ def test_loads_give_the_newest_state_and_the_store_lags_only_by_confirmations(
         for s, want in newest.items():
             assert stores.load(*s) == want
             assert stored(store, *s) in possible[s]
+
+
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 1), st.sampled_from("ab"), st.integers(0, 4), st.integers(0, 4)),
+        min_size=1,
+        max_size=30,
+    )
+)
+def test_each_view_answers_for_the_key_it_was_asked_for(
+    asks: list[tuple[int, str, int, int]],
+) -> None:
+    """``buffer`` and ``seen`` hand out one view each, aimed anew at every
+    call: whichever key was asked for before, a view answers as a view made
+    for its own key would (the seen ids' window included)."""
+    stores = Stores(MemoryStore())
+    for partition in (0, 1):  # seen ids at positions 0..2, buffer entries 1..2
+        for key in "ab":
+            tag = f"{partition}{key}"
+            for position in range(3):
+                mid = f"{tag}-{position}"
+                stores.state.put(
+                    partition,
+                    codecs.seen_id_key(key, mid),
+                    codecs.encode_seen_id(Seen(position, 1.0, 7)),
+                )
+                stores.state.put(
+                    partition,
+                    codecs.seen_position_key(key, position),
+                    codecs.encode_seen_position(mid, 1.0),
+                )
+            for seq in (1, 2):
+                stores.state.put(
+                    partition,
+                    codecs.buffer_key(key, seq),
+                    b'{"messageId":"%s-%d","seq":%d,"type":"t"}' % (tag.encode(), seq, seq),
+                )
+    for partition, key, head, seq in asks:
+        tag = f"{partition}{key}"
+        window = SeenWindow(head, 3)
+        seen = stores.seen(partition, key, window)
+        for position in range(3):
+            found = seen.get(f"{tag}-{position}")
+            assert (found is not None) == (head <= position), (tag, head, position)
+            assert seen.at(position) == (f"{tag}-{position}", 1.0)
+        held = stores.buffer(partition, key).get(seq)
+        assert (held is None) == (seq not in (1, 2))
+        assert held is None or (held.key, held.message_id) == (key, f"{tag}-{seq}")
