@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from datetime import datetime
-from typing import Any
+from typing import Any, NoReturn
 
 import orjson
 
@@ -85,6 +85,26 @@ def parse(key: bytes | None, value: bytes | None, time_field: tuple[str, ...] = 
         raise InvalidMessage(
             Reason.NOT_AN_OBJECT, f"the value is a JSON {type(doc).__name__}; expected an object"
         )
+    message_id, seq, mtype = doc.get("messageId"), doc.get("seq"), doc.get("type")
+    # (orjson makes exact str and int; a bool is not an int here)
+    if not (
+        type(message_id) is str
+        and message_id
+        and type(seq) is int
+        and 1 <= seq <= MAX_SEQ
+        and type(mtype) is str
+    ):
+        _invalid(doc)
+    metadata = doc.get("metadata")
+    if metadata is not None and not isinstance(metadata, dict):
+        raise InvalidMessage(Reason.INVALID_FIELD, f"metadata must be an object, got {metadata!r}")
+    event_time = _event_time(doc, time_field) if time_field else None
+    return Message(skey, message_id, seq, mtype, value, event_time)
+
+
+def _invalid(doc: dict[str, Any]) -> NoReturn:
+    """Raise what is wrong with the required fields (the first wrong one;
+    :func:`parse` found one): each is looked up and checked on its own."""
     message_id = _required(doc, "messageId")
     if not isinstance(message_id, str) or not message_id:
         raise InvalidMessage(
@@ -95,14 +115,8 @@ def parse(key: bytes | None, value: bytes | None, time_field: tuple[str, ...] = 
         raise InvalidMessage(
             Reason.INVALID_FIELD, f"seq must be an integer from 1 to {MAX_SEQ}, got {seq!r}"
         )
-    mtype = _required(doc, "type")
-    if not isinstance(mtype, str):
-        raise InvalidMessage(Reason.INVALID_FIELD, f"type must be a string, got {mtype!r}")
-    metadata = doc.get("metadata")
-    if metadata is not None and not isinstance(metadata, dict):
-        raise InvalidMessage(Reason.INVALID_FIELD, f"metadata must be an object, got {metadata!r}")
-    event_time = _event_time(doc, time_field) if time_field else None
-    return Message(skey, message_id, seq, mtype, value, event_time)
+    mtype = _required(doc, "type")  # the one left that can be wrong
+    raise InvalidMessage(Reason.INVALID_FIELD, f"type must be a string, got {mtype!r}")
 
 
 def _event_time(doc: dict[str, Any], path: tuple[str, ...]) -> float | None:

@@ -86,3 +86,37 @@ def test_an_event_time_that_is_not_a_time_is_invalid(field: object) -> None:
 def test_a_missing_event_time_is_none() -> None:
     value = orjson.dumps({"messageId": "m", "seq": 1, "type": "t"})
     assert parse(b"k", value, ("metadata", "ts")).event_time is None
+
+
+FIELD_VALUES = {
+    "messageId": (["m-1"], [..., "", 5, None, ["m"]]),
+    "seq": ([1, MAX_SEQ], [..., 0, True, "3", 1.0, None, MAX_SEQ + 1]),
+    "type": (["t", ""], [..., None, 3, {"t": 1}]),
+}
+
+
+@given(st.data())
+def test_the_first_wrong_required_field_is_the_one_named(data: st.DataObject) -> None:
+    """Required fields are checked in order (messageId, seq, type): the
+    error names the first one that is missing or wrong; all right, it parses."""
+    fields: dict[str, object] = {}
+    first_wrong = None
+    for name, (good, bad) in FIELD_VALUES.items():
+        right = data.draw(st.booleans())
+        fields[name] = data.draw(st.sampled_from(good if right else bad))
+        if not right and first_wrong is None:
+            first_wrong = name
+    raw = value(**fields)
+    if first_wrong is None:
+        message = parse(b"k", raw)
+        assert (message.message_id, message.seq, message.type) == (
+            fields["messageId"],
+            fields["seq"],
+            fields["type"],
+        )
+        return
+    with pytest.raises(InvalidMessage) as info:
+        parse(b"k", raw)
+    missing = fields[first_wrong] is ...
+    assert info.value.reason == (Reason.MISSING_FIELD if missing else Reason.INVALID_FIELD)
+    assert first_wrong in info.value.detail
