@@ -338,7 +338,8 @@ class OrderedTopology(OutboxOwner):
                 continue
             state, window = self.stores.load(partition, key)
             step = resequencer.confirm(state, noted.released, noted.upto, self.policy)
-            if step.state != state or step.buffer_deletes:
+            # (confirm returns this very state when it changes nothing)
+            if step.buffer_deletes or step.state is not state:
                 self.stores.confirm(partition, key, step, window)
 
     # -- shared ------------------------------------------------------------

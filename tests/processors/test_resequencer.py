@@ -287,7 +287,9 @@ def test_released_messages_stay_until_confirmed_and_can_be_emitted_again() -> No
     assert resequencer.pending("k", step.state, buf)[0] == [GapSkipped("k", 3, 3), msg(4)]
     final = resequencer.confirm(step.state, [4], 5, policy)
     assert final.buffer_deletes == (4,) and final.state.confirmed == 5
-    assert resequencer.confirm(final.state, [], 5, policy) == Step(final.state)
+    again = resequencer.confirm(final.state, [], 5, policy)
+    assert again == Step(final.state)
+    assert again.state is final.state  # nothing changed: the shell writes nothing
 
 
 def test_a_message_held_but_not_counted_is_buffered_again() -> None:
