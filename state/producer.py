@@ -78,9 +78,9 @@ class BatchProducer:
         return known
 
     async def partitioner(self, topic: str) -> Partitioner:
-        """A plain function choosing ``topic``'s partition for a key as
-        aiokafka's default partitioner does (no await per record). It
-        remembers up to :data:`PICKS_REMEMBERED` keys (murmur2 is pure Python)."""
+        """``topic``'s :class:`Partitioner`: called with a key, the partition
+        aiokafka's default partitioner picks (no await per record; up to
+        :data:`PICKS_REMEMBERED` keys remembered: murmur2 is pure Python)."""
         pick = self._picks.get(topic)
         if pick is None:
             pick = self._picks[topic] = Partitioner(await self.partitions(topic))
