@@ -158,8 +158,13 @@ class Stores:
     #: the messages put in the reorder buffer by :meth:`save` and not deleted
     #: since (up to :data:`MESSAGES_HELD`): a release needs no parse
     _held: dict[bytes, HeldMessage] = field(default_factory=dict, init=False, repr=False)
-    _buffer_view: ReorderBuffer | None = field(default=None, init=False, repr=False)
-    _seen_view: SeenIds | None = field(default=None, init=False, repr=False)
+    #: the one view of each kind :meth:`buffer` and :meth:`seen` hand out
+    _buffer_view: ReorderBuffer = field(init=False, repr=False)
+    _seen_view: SeenIds = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._buffer_view = ReorderBuffer(self.state, 0, "", self._held)
+        self._seen_view = SeenIds(self.state, 0, "", SeenWindow(), self._heads)
 
     def load(self, partition: int, key: str) -> tuple[KeyState, SeenWindow]:
         slot = (partition, key)
@@ -213,16 +218,12 @@ class Stores:
         """One key's reorder buffer: a view valid until the next call (one
         object, aimed at the key: the hot path asks for one per record)."""
         view = self._buffer_view
-        if view is None:
-            view = self._buffer_view = ReorderBuffer(self.state, partition, key, self._held)
         view._partition, view._key = partition, key
         return view
 
     def seen(self, partition: int, key: str, window: SeenWindow) -> SeenIds:
         """One key's seen ids: a view valid until the next call (as :meth:`buffer`)."""
         view = self._seen_view
-        if view is None:
-            view = self._seen_view = SeenIds(self.state, partition, key, window, self._heads)
         view._partition, view._key, view._window = partition, key, window
         return view
 
