@@ -7,7 +7,7 @@ VENV   ?= .venv
 BIN     = $(VENV)/bin
 STAMP   = $(VENV)/.installed
 
-.PHONY: demo demo-commands chaos bench test lint typecheck java clean
+.PHONY: demo demo-commands chaos bench bench-core test lint typecheck java clean
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "need Python 3.11+ (python3.11 or python3)"; exit 1; }
@@ -36,6 +36,10 @@ chaos: $(STAMP)
 # seqkeeper against its baselines; JSON and PNG under bench/results/.
 bench: $(STAMP) java
 	$(BIN)/seqkeeper bench
+
+# The worker's per-record work without a broker (µs per record; see README).
+bench-core: $(STAMP)
+	$(BIN)/python -m bench.core
 
 test: $(STAMP) java
 	$(BIN)/python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)

@@ -1,0 +1,282 @@
+"""The worker's per-record work without a broker: ``python -m bench.core``.
+
+The ordered topology's ``on_record`` over ``FaustRocksStore`` on real
+RocksDB (opened as Faust opens it, with the worker's options and interpreter
+settings), and the outbox cycle every ``--cycle`` records as the shell runs
+it (take, local writes, changelog and output record batches built with
+aiokafka's own builder, confirm) — everything but the sockets and Faust's consumer. It prints
+microseconds per record, where the cycle's share goes, and the time spent
+in garbage collections. (The limit's own per-record work — decode, encode,
+append to a record batch — is about 1 µs: its ~18 µs per record at the
+broker are aiokafka's consumer and per-record ``send``; no broker-free
+baseline compares.)
+
+``--instructions`` counts instead, with valgrind's cachegrind: the program
+is run once with the loop and once without, and the difference is divided
+by the records (reproducible to about 0.2 %; memory stalls are not counted).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import orjson
+from aiokafka.partitioner import murmur2
+from aiokafka.producer.message_accumulator import BatchBuilder
+
+from bench.harness import Records, workload
+from seqkeeper.settings import Settings
+from seqkeeper.worker import tune_interpreter
+from state import codecs
+from state.producer import BatchProducer
+from state.rocksdb import FaustRocksStore
+from state.stores import Stores
+from topologies.ordered import OrderedTopology
+
+PARTITIONS = 4
+BATCH_BYTES = 512 * 1024
+
+
+class _Sent:
+    def __init__(self, offset: int) -> None:
+        self.offset = offset
+
+
+class LocalProducer:
+    """What :class:`BatchProducer` needs of aiokafka's producer: batches are
+    built (aiokafka's builder) and acknowledged at once, never sent."""
+
+    def __init__(self) -> None:
+        #: records "sent" per topic-partition
+        self.offsets: dict[tuple[str, int], int] = {}
+        self.client = SimpleNamespace(
+            cluster=SimpleNamespace(partitions_for_topic=lambda topic: set(range(PARTITIONS))),
+            _wait_on_metadata=self._metadata,
+        )
+
+    @staticmethod
+    async def _metadata(topic: str) -> None:
+        return None
+
+    def create_batch(self) -> BatchBuilder:
+        return BatchBuilder(BATCH_BYTES, 0)
+
+    async def send_batch(self, batch: BatchBuilder, topic: str, partition: int) -> Any:
+        batch._build()
+        first = self.offsets.get((topic, partition), 0)
+        self.offsets[(topic, partition)] = first + batch._relative_offset
+        done = asyncio.get_running_loop().create_future()
+        done.set_result(_Sent(first))
+        return done
+
+
+def _table(directory: Path, settings: Settings) -> Any:
+    """The parts of a Faust table on RocksDB that ``FaustRocksStore`` uses."""
+    from faust.stores.rocksdb import RocksDBOptions
+
+    given: dict[str, Any] = dict(settings.rocksdb_options())
+    options = RocksDBOptions(**given)
+    dbs: dict[int, Any] = {}
+    persisted: dict[int, int] = {}
+
+    def db_for_partition(partition: int) -> Any:
+        if partition not in dbs:
+            dbs[partition] = options.open(directory / str(partition))
+        return dbs[partition]
+
+    return SimpleNamespace(
+        name="state",
+        changelog_topic=SimpleNamespace(get_topic_name=lambda: "state-changelog"),
+        data=SimpleNamespace(
+            _dbs=dbs,
+            _db_for_partition=db_for_partition,
+            set_persisted_offset=lambda tp, offset: persisted.__setitem__(tp.partition, offset),
+            persisted_offset=lambda tp: persisted.get(tp.partition),
+        ),
+    )
+
+
+def _partitions(records: Records) -> list[int]:
+    return [(murmur2(key) & 0x7FFFFFFF) % PARTITIONS for key, _ in records]
+
+
+class Core:
+    """One fresh topology and store (a new RocksDB) per run."""
+
+    def __init__(self, settings: Settings, directory: Path) -> None:
+        self.local = LocalProducer()
+        self.producer = BatchProducer(lambda: self.local)
+        self.store = FaustRocksStore(
+            _table(directory, settings), self.producer, deferred=codecs.BUFFER
+        )
+        self.topology = OrderedTopology(settings, Stores(self.store))
+        self.topology.on_assigned(set(range(PARTITIONS)))
+        self.parts: dict[str, float] = dict.fromkeys(
+            ("local writes", "changelog", "grouping", "outputs", "confirm"), 0.0
+        )
+
+    async def cycle(self) -> None:
+        """The shell's outbox cycle (topologies.shell.install_outbox), timed."""
+        clock, parts = time.perf_counter, self.parts
+        t0 = clock()
+        batch = self.topology.take()
+        writes = self.store.take_writes()
+        t1 = clock()
+        await self.store.flush(writes)
+        t2 = clock()
+        parts["local writes"] += t1 - t0
+        parts["changelog"] += t2 - t1
+        if not batch:
+            return
+        grouped = await self.producer.group(batch.records, str)
+        t3 = clock()
+        await self.producer.send(grouped)
+        t4 = clock()
+        self.topology.confirm(batch)
+        t5 = clock()
+        parts["grouping"] += t3 - t2
+        parts["outputs"] += t4 - t3
+        parts["confirm"] += t5 - t4
+
+    async def run(self, records: Records, partitions: list[int], every: int) -> float:
+        """Seconds for ``records`` and their cycles."""
+        on_record, wall = self.topology.on_record, time.time()
+        start = time.perf_counter()
+        for offset, ((key, value), partition) in enumerate(zip(records, partitions, strict=True)):
+            on_record(partition, offset, key, value, wall, wall)
+            if offset % every == every - 1:
+                await self.cycle()
+        await self.cycle()
+        await self.cycle()  # the confirmations' deletions
+        return time.perf_counter() - start
+
+
+class GcTime:
+    """Seconds spent in garbage collections, and how many, while installed."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self.collections = 0
+        self._start = 0.0
+
+    def __call__(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._start = time.perf_counter()
+        else:
+            self.seconds += time.perf_counter() - self._start
+            self.collections += 1
+
+
+def rounds(args: argparse.Namespace, say: Callable[[str], None]) -> dict[str, Any]:
+    settings = Settings(broker="-", gap_timeout=3600.0)
+    records, _ = workload(args.messages, args.keys)
+    partitions = _partitions(records)
+    tune_interpreter(settings)  # as the worker: thresholds, frozen start-up objects
+    results: dict[str, Any] = {"records": len(records), "rounds": []}
+    for n in range(1, args.rounds + 1):
+        with tempfile.TemporaryDirectory(prefix="seqkeeper-core-") as tmp:
+            core = Core(settings, Path(tmp))
+            gc_time = GcTime()
+            gc.callbacks.append(gc_time)
+            try:
+                ours = asyncio.run(core.run(records, partitions, args.cycle)) / len(records)
+            finally:
+                gc.callbacks.remove(gc_time)
+            parts = {k: 1e6 * v / len(records) for k, v in core.parts.items()}
+            row = {
+                "us per record": 1e6 * ours,
+                "gc us": 1e6 * gc_time.seconds / len(records),
+                "collections": gc_time.collections,
+                "cycle us": parts,
+            }
+            results["rounds"].append(row)
+            say(
+                f"round {n}: {row['us per record']:.1f} us/record; "
+                f"gc {row['gc us']:.1f} us/record in {gc_time.collections} collections; cycle "
+                + ", ".join(f"{k} {v:.2f}" for k, v in parts.items())
+            )
+    results["median us per record"] = statistics.median(
+        r["us per record"] for r in results["rounds"]
+    )
+    return results
+
+
+def instructions(args: argparse.Namespace) -> int:
+    """Instructions per record (cachegrind, with minus without the loop)."""
+    valgrind = shutil.which("valgrind")
+    if valgrind is None:
+        raise SystemExit("--instructions needs valgrind (apt-get install valgrind)")
+    counts = []
+    for skip in (False, True):
+        cmd = [
+            valgrind,
+            "--tool=cachegrind",
+            "--cache-sim=no",
+            "--cachegrind-out-file=/dev/null",
+            sys.executable,
+            "-m",
+            "bench.core",
+            "--messages",
+            str(args.messages),
+            "--keys",
+            str(args.keys),
+            "--cycle",
+            str(args.cycle),
+            "--rounds",
+            "1",
+            "--seqkeeper-only",
+        ] + (["--skip"] if skip else [])
+        out = subprocess.run(cmd, capture_output=True, text=True, check=True).stderr
+        found = re.search(r"I\s+refs:\s+([\d,]+)", out)
+        if found is None:
+            raise SystemExit(f"no instruction count in valgrind's output:\n{out[-2000:]}")
+        counts.append(int(found.group(1).replace(",", "")))
+    records = len(workload(args.messages, args.keys)[0])
+    return (counts[0] - counts[1]) // records
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.core", description=__doc__)
+    parser.add_argument("--messages", type=int, default=200_000)
+    parser.add_argument("--keys", type=int, default=10_000)
+    parser.add_argument("--cycle", type=int, default=4_000, help="records per outbox cycle")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--instructions", action="store_true", help="count with cachegrind")
+    parser.add_argument("--json", type=Path, help="write the figures here")
+    parser.add_argument("--seqkeeper-only", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--skip", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.instructions:
+        print(f"{instructions(args):,} instructions per record")
+        return
+    if args.seqkeeper_only:  # one run under cachegrind: set up alike, loop or not
+        settings = Settings(broker="-", gap_timeout=3600.0)
+        records, _ = workload(args.messages, args.keys)
+        partitions = _partitions(records)
+        tune_interpreter(settings)
+        with tempfile.TemporaryDirectory(prefix="seqkeeper-core-") as tmp:
+            core = Core(settings, Path(tmp))
+            if not args.skip:
+                asyncio.run(core.run(records, partitions, args.cycle))
+        return
+    results = rounds(args, print)
+    print(f"median: {results['median us per record']:.1f} us per record")
+    if args.json:
+        args.json.write_bytes(orjson.dumps(results, option=orjson.OPT_INDENT_2))
+
+
+if __name__ == "__main__":
+    main()
