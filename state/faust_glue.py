@@ -34,6 +34,8 @@ from faust.types.transports import TransportT
 from faust.types.tuples import ack_lock
 from mode.utils.futures import notify
 
+from state.fetch import RawTopics
+from state.fetch import install as install_raw_records
 from state.offsets import end_offsets
 from state.producer import BatchProducer
 
@@ -55,6 +57,13 @@ class HighwaterConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
         # Static membership (KIP-345): a restarted worker with the same
         # instance id takes its place in the group without a rebalance.
         consumer._group_instance_id = getattr(self.app, "group_instance_id", None)
+        # Batch sources get the fetched records without a ConsumerRecord
+        # each (state.fetch); Faust builds the consumer without a key
+        # deserializer, and the fetcher is made at its start, after this.
+        sources = getattr(self.app, "batch_sources", None)
+        if sources is not None and consumer._key_deserializer is None:
+            install_raw_records()
+            consumer._key_deserializer = RawTopics(sources)  # (live: the app's dict)
         return consumer
 
     async def _highwaters(self, partitions: Iterable[TP]) -> Mapping[TP, int]:
@@ -469,8 +478,8 @@ def raw_table(app: faust.App, name: str, partitions: int, **kwargs: Any) -> Any:
 
 class Fetched(NamedTuple):
     """One fetch of a batch source: each partition's records in offset order,
-    as aiokafka returned them (``ConsumerRecord``: ``offset``, ``key``,
-    ``value``, ``headers``, ``timestamp`` in milliseconds)."""
+    as their record batches hold them (:mod:`state.fetch`: ``offset``,
+    ``key``, ``value``, ``headers``, ``timestamp`` in milliseconds)."""
 
     generation_id: int
     partitions: list[tuple[TP, list[Any]]]

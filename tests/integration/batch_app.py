@@ -1,6 +1,7 @@
 """A minimal Faust app on a batch source (run by test_batch_source.py):
-writes each fetch's (partition, offset) pairs as one JSON line, and
-acknowledges every record except those of partition 0 from offset HOLD on."""
+writes each fetch's records as one JSON line (partition, offset, value, the
+record's type), and acknowledges every record except those of partition 0
+from offset HOLD on."""
 
 from __future__ import annotations
 
@@ -29,7 +30,11 @@ async def consume(stream: Any) -> None:
     async for fetched in stream:
         if not current(app, fetched):
             continue
-        pairs = [(tp.partition, r.offset) for tp, records in fetched.partitions for r in records]
+        pairs = [
+            (tp.partition, r.offset, r.value.decode(), type(r).__name__)
+            for tp, records in fetched.partitions
+            for r in records
+        ]
         with open(env("BATCH_OUT"), "ab") as out:
             out.write(orjson.dumps(pairs) + b"\n")
         ack_batch(

@@ -1,6 +1,7 @@
 """The batch-source override of Faust's fetch loop (state.faust_glue):
 records reach the agent as lists, each exactly once and in offset order per
-partition, and only acknowledged offsets are committed."""
+partition, as their record batches hold them (state.fetch: no
+``ConsumerRecord`` each), and only acknowledged offsets are committed."""
 
 from __future__ import annotations
 
@@ -47,7 +48,8 @@ async def _committed(bootstrap: str, group: str, topic: str) -> dict[int, int | 
         await consumer.stop()
 
 
-def _batches(out: Path) -> list[list[tuple[int, int]]]:
+def _batches(out: Path) -> list[list[tuple[int, int, str, str]]]:
+    """Per fetch: (partition, offset, value, the record's type) per record."""
     if not out.exists():
         return []
     return [[tuple(x) for x in orjson.loads(line)] for line in out.read_bytes().splitlines()]
@@ -87,9 +89,12 @@ def test_batch_source_delivers_lists_once_in_order_and_commits_acked(broker, tmp
         proc.terminate()
         proc.wait(timeout=60)
     batches = _batches(out)
-    delivered = [pair for batch in batches for pair in batch]
+    delivered = [record for batch in batches for record in batch]
     for p in (0, 1):
-        assert [o for q, o in delivered if q == p] == list(range(PER_PARTITION))  # once, in order
+        mine = [(o, v) for q, o, v, _ in delivered if q == p]
+        # once, in order, each with its value (record i went to partition i % 2)
+        assert mine == [(o, f"v{2 * o + p}") for o in range(PER_PARTITION)]
+    assert {kind for *_, kind in delivered} == {"DefaultRecord"}  # the batch's own
     assert len(batches) < len(delivered) / 10  # lists, not one record at a time
     # acknowledged offsets only: partition 0 stops at the first record not acked
     assert committed == {0: HOLD, 1: PER_PARTITION}
