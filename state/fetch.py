@@ -14,7 +14,8 @@ deserializer is a :class:`RawTopics` gets, for those topics, the batch's
 records themselves (``headers`` a list of pairs instead of a tuple); every
 other topic (a table's changelog) gets ``ConsumerRecord`` as before, without
 a key deserializer. Transactional reads (``read_committed``) keep aiokafka's
-own path, which skips aborted transactions.
+own path, which skips aborted transactions, and so does a consumer with a
+value deserializer.
 
 :func:`install` puts :class:`RawPartitionRecords` where aiokafka's fetcher
 looks for ``PartitionRecords``: for a consumer without a :class:`RawTopics`
@@ -65,6 +66,7 @@ class RawPartitionRecords(aiokafka_fetcher.PartitionRecords):  # type: ignore[mi
         self._raw = (
             marked
             and tp.topic in key_deserializer.topics
+            and value_deserializer is None  # (the batch's values are bytes)
             and isolation_level == aiokafka_fetcher.READ_UNCOMMITTED
         )
         super().__init__(

@@ -86,6 +86,11 @@ def test_other_topics_and_consumers_keep_aiokafka_s_records() -> None:
         TP, MemoryRecords(data), [], 7, RawTopics({"in"}), None, True, 1
     )
     assert all(isinstance(r, ConsumerRecord) for r in committed)
+    # and so does a consumer with a value deserializer
+    decoded = list(
+        RawPartitionRecords(TP, MemoryRecords(data), [], 7, RawTopics({"in"}), bytes.upper, True, 0)
+    )
+    assert [(type(r), r.value) for r in decoded] == [(ConsumerRecord, b"V"), (ConsumerRecord, b"W")]
 
 
 def test_a_corrupt_batch_is_refused() -> None:
