@@ -180,11 +180,18 @@ class GcTime:
             self.collections += 1
 
 
-def rounds(args: argparse.Namespace, say: Callable[[str], None]) -> dict[str, Any]:
+def _setup(args: argparse.Namespace) -> tuple[Settings, Records, list[int]]:
+    """Settings, the workload and each record's partition; the interpreter
+    tuned as the worker's (thresholds, frozen start-up objects)."""
     settings = Settings(broker="-", gap_timeout=3600.0)
     records, _ = workload(args.messages, args.keys)
     partitions = _partitions(records)
-    tune_interpreter(settings)  # as the worker: thresholds, frozen start-up objects
+    tune_interpreter(settings)
+    return settings, records, partitions
+
+
+def rounds(args: argparse.Namespace, say: Callable[[str], None]) -> dict[str, Any]:
+    settings, records, partitions = _setup(args)
     results: dict[str, Any] = {"records": len(records), "rounds": []}
     for n in range(1, args.rounds + 1):
         with tempfile.TemporaryDirectory(prefix="seqkeeper-core-") as tmp:
@@ -235,9 +242,7 @@ def instructions(args: argparse.Namespace) -> int:
             str(args.keys),
             "--cycle",
             str(args.cycle),
-            "--rounds",
-            "1",
-            "--seqkeeper-only",
+            "--once",
         ] + (["--skip"] if skip else [])
         out = subprocess.run(cmd, capture_output=True, text=True, check=True).stderr
         found = re.search(r"I\s+refs:\s+([\d,]+)", out)
@@ -256,17 +261,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--instructions", action="store_true", help="count with cachegrind")
     parser.add_argument("--json", type=Path, help="write the figures here")
-    parser.add_argument("--seqkeeper-only", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--once", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--skip", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.instructions:
         print(f"{instructions(args):,} instructions per record")
         return
-    if args.seqkeeper_only:  # one run under cachegrind: set up alike, loop or not
-        settings = Settings(broker="-", gap_timeout=3600.0)
-        records, _ = workload(args.messages, args.keys)
-        partitions = _partitions(records)
-        tune_interpreter(settings)
+    if args.once:  # one run under cachegrind: set up alike, loop or not
+        settings, records, partitions = _setup(args)
         with tempfile.TemporaryDirectory(prefix="seqkeeper-core-") as tmp:
             core = Core(settings, Path(tmp))
             if not args.skip:
