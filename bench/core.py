@@ -37,7 +37,7 @@ import orjson
 from aiokafka.partitioner import murmur2
 from aiokafka.producer.message_accumulator import BatchBuilder
 
-from bench.harness import Records, workload
+from bench.harness import FULL, Records, workload
 from seqkeeper.settings import Settings
 from seqkeeper.worker import tune_interpreter
 from state import codecs
@@ -45,9 +45,9 @@ from state.producer import BatchProducer
 from state.rocksdb import FaustRocksStore
 from state.stores import Stores
 from topologies.ordered import OrderedTopology
+from topologies.shell import PRODUCER_BATCH_BYTES
 
-PARTITIONS = 4
-BATCH_BYTES = 512 * 1024
+PARTITIONS = FULL.partitions  # as the bench's topics
 
 
 class _Sent:
@@ -72,7 +72,7 @@ class LocalProducer:
         return None
 
     def create_batch(self) -> BatchBuilder:
-        return BatchBuilder(BATCH_BYTES, 0)
+        return BatchBuilder(PRODUCER_BATCH_BYTES, 0)  # as the worker's producer
 
     async def send_batch(self, batch: BatchBuilder, topic: str, partition: int) -> Any:
         batch._build()
