@@ -1,12 +1,14 @@
 """The worker against a real broker: output verified, restarts on intact
 local state (no changelog replay, no crash), and rebuilds from the changelog
-when its data directory is gone."""
+when its data directory is gone; in each, it fetches no changelog partition
+of its own table once recovered."""
 
 from __future__ import annotations
 
 import asyncio
 import re
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -20,6 +22,9 @@ from seqkeeper.workload import generate
 pytestmark = pytest.mark.integration
 
 REPLAYED = re.compile(r"table (\S+): replayed (\d+) changelog records")
+#: A partition in the worker's diagnostics (SIGUSR1): name, then aiokafka's
+#: view (position, paused, prefetched, highwater).
+FETCHER_PARTITION = re.compile(r"'([^']+)/(\d+)': \((?:\d+|None), '(\w*)', '(\w*)', (?:\d+|None)\)")
 
 
 def settings_for(make_settings) -> Settings:
@@ -36,6 +41,35 @@ def replayed(log: str) -> dict[str, int]:
     return found
 
 
+def fetcher_partitions(worker: WorkerProcess) -> dict[tuple[str, int], tuple[bool, bool]]:
+    """(paused, prefetched) per partition of the running worker's aiokafka
+    consumer, from its diagnostics (SIGUSR1)."""
+    before = worker.log().count("'fetcher': ")
+    deadline = time.monotonic() + 30
+    while worker.log().count("'fetcher': ") == before:
+        assert time.monotonic() < deadline, worker.log()[-3000:]
+        worker.dump(wait=0.2)
+    line = worker.log().split("'fetcher': ")[-1].split("\n")[0]
+    return {
+        (topic, int(p)): (paused == "paused", prefetched == "prefetched")
+        for topic, p, paused, prefetched in FETCHER_PARTITION.findall(line)
+    }
+
+
+def check_fetching(settings: Settings, worker: WorkerProcess) -> None:
+    """The worker fetches its input and no changelog partition of its table:
+    they are paused in aiokafka and hold no fetched records (records nobody
+    takes hold back every fetch from the broker for 100 ms)."""
+    parts = fetcher_partitions(worker)
+    changelogs = {
+        tp: v for tp, v in parts.items() if tp[0] == f"{settings.group_id}-state-changelog"
+    }
+    inputs = {tp: v for tp, v in parts.items() if tp[0] == settings.input_topic}
+    assert len(changelogs) == len(inputs) == settings.partitions, parts
+    assert all(v == (True, False) for v in changelogs.values()), changelogs
+    assert not any(paused for paused, _ in inputs.values()), inputs
+
+
 def run_phase(settings: Settings, records, log_path: Path) -> tuple[WorkerProcess, str]:
     asyncio.run(publish(settings.broker, settings.input_topic, records))
     worker = WorkerProcess(settings, log_path).start()
@@ -43,6 +77,7 @@ def run_phase(settings: Settings, records, log_path: Path) -> tuple[WorkerProces
         report = asyncio.run(wait_until_verified(settings, timeout=120, worker=worker))
         assert report.ok, [(c.name, c.count, c.detail) for c in report.failures()]
         assert report.ordered_records > 0
+        check_fetching(settings, worker)
     finally:
         code = worker.stop()
     assert code == 0, worker.log()[-3000:]
