@@ -8,7 +8,7 @@ import json
 import orjson
 import pytest
 
-from bench.harness import LATENCY_LINGER_MS, Bench, Sizes, run, workload, write
+from bench.harness import LATENCY_LINGER_MS, Bench, Sizes, _latency_figure, run, workload, write
 from seqkeeper.settings import Settings
 
 pytestmark = pytest.mark.integration
@@ -38,6 +38,16 @@ def test_workload_shape() -> None:
         last[k] = max(seq, last.get(k, 0))
     assert 0.05 < late / distinct < 0.3  # out of order within their key
     assert 150 < len(v) < 250  # ~200-byte JSON
+
+
+def test_latency_figure_keeps_each_seconds_p99() -> None:
+    # second 0: 1..100 ms, second 1: 101..200 ms, sent in a shuffled order
+    measured = [(ms / 1000, (ms - 1) // 100 + 0.5) for ms in range(1, 201)]
+    measured = measured[1::2] + measured[::2]
+    figure = _latency_figure("latency p99", measured)
+    assert figure.value == pytest.approx(199.0)  # of all 200
+    assert figure.detail["p50"] == pytest.approx(101.0)
+    assert figure.detail["p99 per second"] == pytest.approx([100.0, 200.0])
 
 
 def test_smoke_run_writes_every_figure(broker, spark, tmp_path) -> None:
@@ -77,6 +87,7 @@ def test_smoke_run_writes_every_figure(broker, spark, tmp_path) -> None:
     for figure in (lat, floor):
         assert figure["detail"]["producer linger ms"] == LATENCY_LINGER_MS
         assert figure["detail"]["fetch max wait ms"] == wait
+        assert 1 <= len(figure["detail"]["p99 per second"]) <= TINY.latency_seconds + 1
     # seqkeeper and the peer in the limit's unit: input records per second
     # (duplicates included), not distinct outputs per second
     per_output = len(bench.records) / bench.distinct
