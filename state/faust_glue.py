@@ -369,12 +369,12 @@ class SeekFirstRecovery(Recovery):
         Faust stops reading them only in its own bookkeeping (they leave its
         active partitions; aiokafka is never told), so aiokafka's fetcher
         goes on fetching them, and the records it gets (this worker's own
-        changelog writes) are never taken. A partition holding records nobody takes holds back the next
-        fetch from its broker for aiokafka's prefetch backoff (100 ms): the
-        input waited 100-120 ms, once per changelog partition, as the first
-        changelog writes came back (the 250-400 ms of highest latency in a
-        latency measurement's first second). Standby partitions are left
-        alone (Faust reads them).
+        changelog writes) are never taken. A partition holding records
+        nobody takes holds back the next fetch from its broker for
+        aiokafka's prefetch backoff (100 ms): the input waited 100-120 ms,
+        once per changelog partition, as the first changelog writes came
+        back (the 250-400 ms of highest latency in a latency measurement's
+        first second). Standby partitions are left alone (Faust reads them).
         """
         reads = consumer._get_active_partitions()
         unread = [tp for tp in assignment if self._is_changelog_tp(tp) and tp not in reads]
