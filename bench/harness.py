@@ -617,17 +617,20 @@ class Bench:
         )
 
 
+def _ms_at(ordered: list[float], q: float) -> float:
+    """The ``q`` quantile of ``ordered`` (seconds, sorted), in milliseconds."""
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000
+
+
 def _latency_figure(name: str, measured: list[tuple[float, float]]) -> Figure:
     """p99 of ``measured`` (:meth:`Bench._latency`), with p50, p90, max, the
     CDF and the p99 of each second's sends (a trend shows in it)."""
     lat = sorted(latency for latency, _ in measured)
-    p = lambda q: lat[min(len(lat) - 1, int(q * len(lat)))] * 1000  # noqa: E731
+    p = lambda q: _ms_at(lat, q)  # noqa: E731
     seconds: dict[int, list[float]] = {}
     for latency, at in measured:
         seconds.setdefault(int(at), []).append(latency)
-    per_second = [
-        sorted(v)[min(len(v) - 1, int(0.99 * len(v)))] * 1000 for _, v in sorted(seconds.items())
-    ]
+    per_second = [_ms_at(sorted(v), 0.99) for _, v in sorted(seconds.items())]
     return Figure(
         name,
         p(0.99),
