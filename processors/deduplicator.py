@@ -33,6 +33,7 @@ Invariants (checked by ``tests/processors/test_deduplicator.py``):
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple, Protocol
 
 from processors.envelope import Message
@@ -40,6 +41,8 @@ from processors.values import value
 
 #: Age evictions done per accepted message (the rest is left to sweeps).
 EVICT_PER_ACCEPT = 2
+#: :attr:`SeenWindow.oldest` when it is not known.
+UNKNOWN = -math.inf
 
 
 @value
@@ -53,10 +56,14 @@ class Retention:
 @value
 class SeenWindow:
     """FIFO positions of a key's remembered ids: ``head`` is the oldest,
-    ``tail`` the position the next accepted id gets."""
+    ``tail`` the position the next accepted id gets. ``oldest``: when the id
+    at ``head`` was accepted, as last read or written, so that an accept
+    needs no read to know nothing is old enough to forget; a value at or
+    below the age horizon (such as :data:`UNKNOWN`) means "read it"."""
 
     head: int = 0
     tail: int = 0
+    oldest: float = UNKNOWN
 
     @property
     def size(self) -> int:
@@ -112,18 +119,23 @@ def offer(
         replay = source >= 0 and known.source == source
         return DedupDecision(False, message.message_id, window, replay=replay)
     position = window.tail
-    head, tail = window.head, window.tail + 1
+    head, tail, oldest = window.head, window.tail + 1, window.oldest
     forget: list[tuple[int, str]] = []
     while tail - head > retention.max_per_key:
         entry = seen.at(head)
         if entry is not None:
             forget.append((head, entry[0]))
         head += 1
-    head = _forget_aged(seen, head, position, now, retention, EVICT_PER_ACCEPT, forget)
+        oldest = UNKNOWN  # the new head's
+    head, oldest = _forget_aged(
+        seen, head, position, oldest, now, retention, EVICT_PER_ACCEPT, forget
+    )
+    if head == position:  # the accepted id is the oldest now
+        oldest = now
     return DedupDecision(
         True,
         message.message_id,
-        SeenWindow(head, tail),
+        SeenWindow(head, tail, oldest),
         remember=(message.message_id, Seen(position, now, source)),
         forget=tuple(forget),
     )
@@ -134,28 +146,34 @@ def sweep(
 ) -> tuple[SeenWindow, tuple[tuple[int, str], ...]]:
     """Forget up to ``limit`` ids of a key that are past ``max_age``."""
     forget: list[tuple[int, str]] = []
-    head = _forget_aged(seen, window.head, window.tail, now, retention, limit, forget)
-    return SeenWindow(head, window.tail), tuple(forget)
+    head, oldest = _forget_aged(
+        seen, window.head, window.tail, window.oldest, now, retention, limit, forget
+    )
+    return SeenWindow(head, window.tail, oldest), tuple(forget)
 
 
 def _forget_aged(
     seen: SeenLog,
     head: int,
     stop: int,
+    oldest: float,
     now: float,
     retention: Retention,
     limit: int,
     forget: list[tuple[int, str]],
-) -> int:
+) -> tuple[int, float]:
     """Advance ``head`` over at most ``limit`` positions before ``stop`` that
-    are past ``max_age`` (appending them to ``forget``); the new head."""
+    are past ``max_age`` (appending them to ``forget``); the new head and
+    its ``oldest`` (see :class:`SeenWindow`: the id at ``head`` is read
+    only when ``oldest`` does not show it is young)."""
+    horizon = now - retention.max_age
     for _ in range(limit):
-        if head >= stop:
+        if head >= stop or oldest > horizon:
             break
         entry = seen.at(head)
-        if entry is not None and entry[1] > now - retention.max_age:
-            break
         if entry is not None:
+            if entry[1] > horizon:
+                return head, entry[1]
             forget.append((head, entry[0]))
         head += 1
-    return head
+    return head, oldest

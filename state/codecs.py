@@ -24,7 +24,7 @@ from typing import Any
 
 import orjson
 
-from processors.deduplicator import Seen, SeenWindow
+from processors.deduplicator import UNKNOWN, Seen, SeenWindow
 from processors.resequencer import KeyState
 
 KEY_STATE = b"s"
@@ -113,8 +113,11 @@ def compact_json(doc: Any) -> bytes:
 #: Key state layout: a version byte (JSON, the first layout, starts with
 #: ``[``), which of the optional fields are absent, the fields, then the
 #: skipped ranges. Written for every step, so it is packed, not JSON.
-_STATE = struct.Struct(">BBQQdQQQH")
-_STATE_V2 = 2
+#: Version 3 added the seen window's ``oldest``; states written before it
+#: read with ``oldest`` unknown.
+_STATE = struct.Struct(">BBQQdQQdQH")
+_STATE_V3 = 3
+_STATE_V2 = struct.Struct(">BBQQdQQQH")
 _RANGE = struct.Struct(">QQ")
 _NO_NEXT, _NO_GAP, _NO_CONFIRMED = 1, 2, 4
 
@@ -128,13 +131,14 @@ def encode_key_state(state: KeyState, window: SeenWindow) -> bytes:
     )
     skipped = state.skipped
     raw = _STATE.pack(
-        _STATE_V2,
+        _STATE_V3,
         flags,
         nxt or 0,
         state.buffered,
         gap_since or 0.0,
         window.head,
         window.tail,
+        window.oldest,
         confirmed or 0,
         len(skipped),
     )
@@ -146,16 +150,23 @@ def encode_key_state(state: KeyState, window: SeenWindow) -> bytes:
 def decode_key_state(raw: bytes | None) -> tuple[KeyState, SeenWindow]:
     if raw is None:
         return KeyState(), SeenWindow()
-    if raw[:1] == b"[":  # the first layout
+    oldest = UNKNOWN
+    if raw[0] == _STATE_V3:
+        fields = _STATE.unpack_from(raw)
+        _, flags, nxt, buffered, gap_since, head, tail, oldest, confirmed, n = fields
+        start = _STATE.size
+    elif raw[:1] == b"[":  # the first layout
         nxt, buffered, gap_since, skipped, head, tail, confirmed = orjson.loads(raw)
         ranges = tuple((a, b) for a, b in skipped)
-    else:
-        _, flags, nxt, buffered, gap_since, head, tail, confirmed, n = _STATE.unpack_from(raw)
-        ranges = tuple(_RANGE.iter_unpack(raw[_STATE.size : _STATE.size + n * _RANGE.size]))
-        nxt = None if flags & _NO_NEXT else nxt
-        gap_since = None if flags & _NO_GAP else gap_since
-        confirmed = None if flags & _NO_CONFIRMED else confirmed
-    return KeyState(nxt, buffered, gap_since, ranges, confirmed), SeenWindow(head, tail)
+        return KeyState(nxt, buffered, gap_since, ranges, confirmed), SeenWindow(head, tail)
+    else:  # version 2
+        _, flags, nxt, buffered, gap_since, head, tail, confirmed, n = _STATE_V2.unpack_from(raw)
+        start = _STATE_V2.size
+    ranges = tuple(_RANGE.iter_unpack(raw[start : start + n * _RANGE.size]))
+    nxt = None if flags & _NO_NEXT else nxt
+    gap_since = None if flags & _NO_GAP else gap_since
+    confirmed = None if flags & _NO_CONFIRMED else confirmed
+    return KeyState(nxt, buffered, gap_since, ranges, confirmed), SeenWindow(head, tail, oldest)
 
 
 def describe(store_key: bytes, value: bytes) -> tuple[str, str, str | None, str]:
@@ -173,6 +184,7 @@ def describe(store_key: bytes, value: bytes) -> tuple[str, str, str | None, str]
             "confirmed": state.confirmed,
             "seen_head": window.head,
             "seen_tail": window.tail,
+            "seen_oldest": window.oldest if window.oldest != UNKNOWN else None,
         }
         return "key_state", key, None, orjson.dumps(doc).decode()
     if family == BUFFER:

@@ -78,21 +78,13 @@ class SeenIds:
     """One key's remembered messageIds (a ``SeenLog``), as far as the key
     state's window vouches for them."""
 
-    __slots__ = ("_store", "_partition", "_key", "_window", "_heads")
+    __slots__ = ("_store", "_partition", "_key", "_window")
 
-    def __init__(
-        self,
-        store: PartitionStore,
-        partition: int,
-        key: str,
-        window: SeenWindow,
-        heads: dict[tuple[int, str], tuple[int, tuple[str, float]]],
-    ) -> None:
+    def __init__(self, store: PartitionStore, partition: int, key: str, window: SeenWindow) -> None:
         self._store = store
         self._partition = partition
         self._key = key
         self._window = window
-        self._heads = heads
 
     def get(self, message_id: str) -> Seen | None:
         raw = self._store.get(self._partition, codecs.seen_id_key(self._key, message_id))
@@ -105,18 +97,8 @@ class SeenIds:
         return seen if entry is not None and entry[0] == message_id else None
 
     def at(self, position: int) -> tuple[str, float] | None:
-        heads = self._heads
-        known = heads.get((self._partition, self._key))
-        if known is not None and known[0] == position:
-            return known[1]
         raw = self._store.get(self._partition, codecs.seen_position_key(self._key, position))
-        if raw is None:
-            return None
-        entry = codecs.decode_seen_position(raw)
-        if self._window.head <= position < self._window.tail:
-            # (an entry outside the window may be a crash's left-over, rewritten later)
-            heads[(self._partition, self._key)] = (position, entry)
-        return entry
+        return None if raw is None else codecs.decode_seen_position(raw)
 
 
 #: Decoded key states :class:`Stores` keeps (when there are more, the
@@ -148,11 +130,6 @@ class Stores:
     _states: dict[Slot, tuple[KeyState, SeenWindow]] = field(
         default_factory=dict, init=False, repr=False
     )
-    #: per key, the FIFO entry last read inside its window (the head, checked
-    #: for age on every accept); such an entry never changes until forgotten
-    _heads: dict[Slot, tuple[int, tuple[str, float]]] = field(
-        default_factory=dict, init=False, repr=False
-    )
     #: keys whose confirmation is only in memory so far (:meth:`confirm`)
     _unwritten: set[Slot] = field(default_factory=set, init=False, repr=False)
     #: the messages put in the reorder buffer by :meth:`save` and not deleted
@@ -164,7 +141,7 @@ class Stores:
 
     def __post_init__(self) -> None:
         self._buffer_view = ReorderBuffer(self.state, 0, "", self._held)
-        self._seen_view = SeenIds(self.state, 0, "", SeenWindow(), self._heads)
+        self._seen_view = SeenIds(self.state, 0, "", SeenWindow())
 
     def load(self, partition: int, key: str) -> tuple[KeyState, SeenWindow]:
         slot = (partition, key)
@@ -179,7 +156,6 @@ class Stores:
         if len(states) >= self.keep and slot not in states:
             self.settle()
             states.clear()
-            self._heads.clear()
         states[slot] = state
 
     def settle(self, partitions: Container[int] | None = None) -> int:
@@ -200,7 +176,6 @@ class Stores:
         change under it (a partition recovered from its changelog)."""
         self.state.sync()
         self._states.clear()
-        self._heads.clear()
         self._unwritten.clear()
         self._held.clear()
 

@@ -232,7 +232,7 @@ class OrderedTopology(OutboxOwner):
                 continue
             seen = self.stores.seen(partition, key, window)
             swept, forget = deduplicator.sweep(seen, window, now, self.retention, SWEEP_IDS_PER_KEY)
-            if swept != window:
+            if swept.head != window.head:  # (not for a newly read ``oldest`` alone)
                 self.stores.forget(partition, key, state, swept, forget)
                 self.metrics.seen_forgotten.inc(len(forget))
 

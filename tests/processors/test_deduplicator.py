@@ -15,11 +15,13 @@ class Log:
         self.ids: dict[str, Seen] = {}
         self.fifo: dict[int, tuple[str, float]] = {}
         self.window = SeenWindow()
+        self.reads = 0  # FIFO entries read
 
     def get(self, message_id: str) -> Seen | None:
         return self.ids.get(message_id)
 
     def at(self, position: int) -> tuple[str, float] | None:
+        self.reads += 1
         return self.fifo.get(position)
 
     def offer(self, mid: str, now: float, retention: Retention) -> bool:
@@ -41,6 +43,10 @@ class Log:
             assert not d.replay  # no source given
         assert self.window.size == len(self.fifo) == len(self.ids)
         assert self.window.size <= retention.max_per_key
+        if self.window.size:  # ``oldest`` is the head's time, or says "read it"
+            head_at = self.fifo[self.window.head][1]
+            oldest = self.window.oldest
+            assert oldest == head_at or oldest <= now - retention.max_age
         return d.accepted
 
 
@@ -79,7 +85,68 @@ def test_age_eviction_and_sweep() -> None:
     assert log.window.size == 6 - EVICT_PER_ACCEPT
     window, forget = deduplicator.sweep(log, log.window, 100.0, retention, limit=10)
     assert [mid for _, mid in forget] == ["old2", "old3", "old4"]
-    assert window == SeenWindow(5, 6)
+    assert window == SeenWindow(5, 6, 100.0)  # "new", at the head now, was read
+
+
+def _offer_reading_the_head(
+    log: Log, window: SeenWindow, mid: str, now: float, retention: Retention
+) -> tuple[bool, tuple[tuple[int, str], ...], int, int]:
+    """The decision as made before ``SeenWindow.oldest``: the FIFO's head
+    read on every accept. (accepted, forget, head, tail)."""
+    if log.get(mid) is not None:
+        return False, (), window.head, window.tail
+    head, tail = window.head, window.tail + 1
+    forget: list[tuple[int, str]] = []
+    while tail - head > retention.max_per_key:
+        entry = log.fifo.get(head)
+        if entry is not None:
+            forget.append((head, entry[0]))
+        head += 1
+    for _ in range(EVICT_PER_ACCEPT):
+        if head >= window.tail:
+            break
+        entry = log.fifo.get(head)
+        if entry is not None and entry[1] > now - retention.max_age:
+            break
+        if entry is not None:
+            forget.append((head, entry[0]))
+        head += 1
+    return True, tuple(forget), head, tail
+
+
+@given(
+    st.lists(
+        st.tuples(st.sampled_from([f"m{i}" for i in range(10)]), st.floats(0.0, 5.0)),
+        max_size=80,
+    ),
+    st.integers(1, 6),
+    st.floats(1.0, 20.0),
+    st.floats(-1e6, 1e6),
+)
+def test_decisions_are_those_of_reading_the_head_on_every_accept(
+    arrivals: list[tuple[str, float]], max_per_key: int, max_age: float, start: float
+) -> None:
+    """``oldest`` only saves reads: with time that never goes back (the
+    stream clock's), every decision is the one made by reading the FIFO's
+    head on every accept."""
+    retention = Retention(max_age=max_age, max_per_key=max_per_key)
+    log, now = Log(), start
+    for mid, step in arrivals:
+        now += step
+        expected = _offer_reading_the_head(log, log.window, mid, now, retention)
+        d = deduplicator.offer(log, log.window, Message("k", mid, 1, "t", b""), now, retention)
+        assert (d.accepted, d.forget, d.window.head, d.window.tail) == expected
+        log.offer(mid, now, retention)
+
+
+def test_accepts_read_no_fifo_entry_while_the_oldest_is_young() -> None:
+    log = Log()
+    for i in range(50):
+        assert log.offer(f"m{i}", float(i), Retention(max_age=100.0, max_per_key=1000))
+    assert log.reads == 0
+    # once the head is old, an accept reads it (and forgets it)
+    assert log.offer("late", 150.0, Retention(max_age=100.0, max_per_key=1000))
+    assert log.reads > 0 and log.window.head > 0
 
 
 def test_the_accepted_copy_offered_again_is_a_replay_not_a_redelivery() -> None:

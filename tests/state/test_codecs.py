@@ -1,10 +1,11 @@
+import struct
 from collections.abc import Callable
 
 import orjson
 from hypothesis import given
 from hypothesis import strategies as st
 
-from processors.deduplicator import Seen, SeenWindow
+from processors.deduplicator import UNKNOWN, Seen, SeenWindow
 from processors.resequencer import KeyState
 from state import codecs
 from state.memory import MemoryStore
@@ -35,11 +36,35 @@ def test_buffer_keys_sort_by_sequence_within_a_key(key: str, a: int, b: int) -> 
         ),
         st.none() | st.integers(1, 2**63),
     ),
-    st.builds(SeenWindow, st.integers(0, 2**62), st.integers(0, 2**62)),
+    st.builds(
+        SeenWindow,
+        st.integers(0, 2**62),
+        st.integers(0, 2**62),
+        st.floats(allow_nan=False) | st.just(UNKNOWN),
+    ),
 )
 def test_key_state_round_trips(state: KeyState, window: SeenWindow) -> None:
     assert codecs.decode_key_state(codecs.encode_key_state(state, window)) == (state, window)
-    # states written in the first layout (JSON) still read
+    # states written in the earlier layouts still read, with ``oldest`` unknown
+    unknown = SeenWindow(window.head, window.tail)
+    flags = (
+        (1 if state.next_expected is None else 0)
+        | (2 if state.gap_since is None else 0)
+        | (4 if state.confirmed is None else 0)
+    )
+    version_2 = struct.pack(
+        ">BBQQdQQQH",
+        2,
+        flags,
+        state.next_expected or 0,
+        state.buffered,
+        state.gap_since or 0.0,
+        window.head,
+        window.tail,
+        state.confirmed or 0,
+        len(state.skipped),
+    ) + b"".join(struct.pack(">QQ", a, b) for a, b in state.skipped)
+    assert codecs.decode_key_state(version_2) == (state, unknown)
     legacy = orjson.dumps(
         [
             state.next_expected,
@@ -51,7 +76,7 @@ def test_key_state_round_trips(state: KeyState, window: SeenWindow) -> None:
             state.confirmed,
         ]
     )
-    assert codecs.decode_key_state(legacy) == (state, window)
+    assert codecs.decode_key_state(legacy) == (state, unknown)
 
 
 @given(st.text(), st.floats(allow_nan=False))
@@ -112,7 +137,7 @@ def test_encoded_states_hold_no_more_memory_than_their_size() -> None:
     holds thousands of encoded states per outbox cycle (the restart bench's
     worker peaked at 639 MB with them). Key states are packed; the command
     worker's entities and receipts go through ``compact_json``."""
-    state, window = KeyState(7, 1, 2.5, ((3, 4),), 5), SeenWindow(1, 9)
+    state, window = KeyState(7, 1, 2.5, ((3, 4),), 5), SeenWindow(1, 9, 2.0)
     first, size = _held(lambda: codecs.encode_key_state(state, window))
     assert codecs.decode_key_state(first) == (state, window)
     assert size < 1000 * 200  # ~100 bytes each, not 4 KiB
