@@ -113,11 +113,12 @@ def adapt_fetch_wait(fetcher: Any, busy_ms: int) -> None:
     until its wait is over; the embedded broker holds it that long even
     when records arrive meanwhile. While input flows, the next records
     are milliseconds away, so a short wait costs nothing and saves the
-    records that arrive during a long one from waiting it out (seqkeeper at
-    15,000 msg/s: a record's age when the agent got it, p50 18 ms against
-    22 with 5 ms against 20 for every fetch). An idle consumer keeps the
-    long wait: a 5 ms wait for every fetch cost an idle worker 10 % of a
-    core instead of 4 %, and the embedded broker 9-13 % instead of 5 %."""
+    records that arrive during a long one from waiting it out: at 15,000
+    msg/s a record reached seqkeeper's agent sooner, in every pair
+    measured, with this than with 20 ms throughout (``bench/NOTES.md``).
+    An idle consumer keeps the long wait: a 5 ms wait for every fetch cost
+    an idle worker 10 % of a core instead of 4 %, and the embedded broker
+    9-13 % instead of 5 %."""
     idle_ms = fetcher._fetch_max_wait_ms
     if busy_ms >= idle_ms:
         return
