@@ -154,12 +154,6 @@ class Settings:
     fetch_max_wait: float = field(
         default_factory=lambda: float(_env("SEQKEEPER_FETCH_MAX_WAIT", "0.02"))
     )
-    #: The same right after a fetch that brought records (the input is
-    #: flowing; see ``state.fetch.adapt_fetch_wait``); at most
-    #: ``fetch_max_wait``. Env ``SEQKEEPER_FETCH_BUSY_WAIT``.
-    fetch_busy_wait: float = field(
-        default_factory=lambda: float(_env("SEQKEEPER_FETCH_BUSY_WAIT", "0.005"))
-    )
     #: Static group membership: a name unique to this worker and stable
     #: across its restarts (e.g. the pod name). A restart then takes the
     #: worker's place without a rebalance; a worker that stops keeps its
@@ -247,16 +241,6 @@ class Settings:
                 f"got {self.fetch_max_wait!r}"
             )
         return round(self.fetch_max_wait * 1000)
-
-    def fetch_busy_wait_ms(self) -> int:
-        """:attr:`fetch_busy_wait` in whole milliseconds, checked (not
-        negative), at most :meth:`fetch_wait_ms`."""
-        if not self.fetch_busy_wait >= 0:
-            raise ValueError(
-                "fetch busy wait must be a non-negative number of seconds, "
-                f"got {self.fetch_busy_wait!r}"
-            )
-        return min(round(self.fetch_busy_wait * 1000), self.fetch_wait_ms())
 
     def resequencer_policy(self) -> Policy:
         if self.first_seq not in ("one", "first-seen"):

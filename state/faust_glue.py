@@ -34,7 +34,7 @@ from faust.types.transports import TransportT
 from faust.types.tuples import ack_lock
 from mode.utils.futures import notify
 
-from state.fetch import RawTopics, adapt_fetch_wait
+from state.fetch import RawTopics
 from state.fetch import install as install_raw_records
 from state.offsets import end_offsets
 from state.producer import BatchProducer
@@ -44,8 +44,7 @@ log = logging.getLogger("seqkeeper.recovery")
 
 class HighwaterConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
     """Faust's consumer thread, with exact partition ends (see module doc)
-    and the app's fetch waits (``App.fetch_max_wait_ms``, and
-    ``App.fetch_busy_wait_ms`` while fetches bring records)."""
+    and the app's fetch wait (``App.fetch_max_wait_ms``)."""
 
     def _create_worker_consumer(self, transport: Any) -> Any:
         consumer = super()._create_worker_consumer(transport)
@@ -66,12 +65,6 @@ class HighwaterConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
             install_raw_records()
             consumer._key_deserializer = RawTopics(sources)  # (live: the app's dict)
         return consumer
-
-    async def on_start(self) -> None:
-        await super().on_start()
-        busy = getattr(self.app, "fetch_busy_wait_ms", None)
-        if busy is not None:
-            adapt_fetch_wait(self._ensure_consumer()._fetcher, busy)
 
     async def pause_unread(self, partitions: Iterable[TP]) -> None:
         """Stop aiokafka fetching ``partitions`` until the next assignment
@@ -480,9 +473,6 @@ class App(faust.App):
         self.group_instance_id: str | None = None
         #: The input consumer's fetch wait (None: Faust's 1500 ms).
         self.fetch_max_wait_ms: int | None = None
-        #: Its wait right after a fetch that brought records
-        #: (:func:`state.fetch.adapt_fetch_wait`; None: always the same).
-        self.fetch_busy_wait_ms: int | None = None
         #: Topics consumed as fetched batches: topic name -> channel.
         self.batch_sources: dict[str, Any] = {}
         #: Record batches through Faust's own aiokafka producer.

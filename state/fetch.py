@@ -102,31 +102,3 @@ class RawPartitionRecords(aiokafka_fetcher.PartitionRecords):  # type: ignore[mi
 def install() -> None:
     """Let aiokafka's fetcher build :class:`RawPartitionRecords` (idempotent)."""
     aiokafka_fetcher.PartitionRecords = RawPartitionRecords
-
-
-def adapt_fetch_wait(fetcher: Any, busy_ms: int) -> None:
-    """Make ``fetcher`` (an aiokafka ``Fetcher``) wait at most ``busy_ms``
-    at the broker right after a fetch that brought records, and its own
-    wait after one that brought none.
-
-    A fetch that finds nothing new when it arrives is held by the broker
-    until its wait is over; the embedded broker holds it that long even
-    when records arrive meanwhile. While input flows, the next records
-    are milliseconds away, so a short wait costs nothing and saves the
-    records that arrive during a long one from waiting it out: at 15,000
-    msg/s a record reached seqkeeper's agent sooner, in every pair
-    measured, with this than with 20 ms throughout (``bench/NOTES.md``).
-    An idle consumer keeps the long wait: a 5 ms wait for every fetch cost
-    an idle worker 10 % of a core instead of 4 %, and the embedded broker
-    9-13 % instead of 5 %."""
-    idle_ms = fetcher._fetch_max_wait_ms
-    if busy_ms >= idle_ms:
-        return
-    fetch = fetcher._proc_fetch_request
-
-    async def proc_fetch_request(assignment: Any, node_id: int, request: Any) -> bool:
-        got: bool = await fetch(assignment, node_id, request)
-        fetcher._fetch_max_wait_ms = busy_ms if got else idle_ms
-        return got
-
-    fetcher._proc_fetch_request = proc_fetch_request

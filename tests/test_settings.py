@@ -63,22 +63,6 @@ def test_fetch_wait_in_milliseconds_default_env_rounding_and_errors(
             Settings(fetch_max_wait=bad).fetch_wait_ms()
 
 
-def test_fetch_busy_wait_default_env_bound_and_errors(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("SEQKEEPER_FETCH_MAX_WAIT", raising=False)
-    monkeypatch.delenv("SEQKEEPER_FETCH_BUSY_WAIT", raising=False)
-    assert Settings().fetch_busy_wait_ms() == 5
-    monkeypatch.setenv("SEQKEEPER_FETCH_BUSY_WAIT", "0.012")
-    assert Settings().fetch_busy_wait_ms() == 12
-    assert Settings(fetch_max_wait=0.008).fetch_busy_wait_ms() == 8  # at most the wait
-    with pytest.raises(ValueError, match="fetch busy wait must be a non-negative"):
-        Settings(fetch_busy_wait=-0.001).fetch_busy_wait_ms()
-
-
 def test_the_worker_app_fetches_with_the_settings_wait(tmp_path: Path) -> None:
-    app = make_app(
-        Settings(
-            broker="127.0.0.1:1", data_dir=tmp_path, fetch_max_wait=0.0299, fetch_busy_wait=0.003
-        )
-    )
+    app = make_app(Settings(broker="127.0.0.1:1", data_dir=tmp_path, fetch_max_wait=0.0299))
     assert app.fetch_max_wait_ms == 30
-    assert app.fetch_busy_wait_ms == 3

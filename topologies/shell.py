@@ -122,7 +122,6 @@ def make_app(settings: Settings) -> faust.App:
         producer_max_batch_size=PRODUCER_BATCH_BYTES,
     )
     app.fetch_max_wait_ms = settings.fetch_wait_ms()
-    app.fetch_busy_wait_ms = settings.fetch_busy_wait_ms()
     app.group_instance_id = settings.instance_id or None
     return app
 
@@ -240,8 +239,7 @@ def owned_partitions(app: Any, topic: str) -> list[Any]:
 
 def _fetcher_state(kafka_consumer: Any) -> dict[str, Any]:
     """aiokafka's view of the assignment: per partition its position, pause
-    and prefetched records; whether the fetch routine still runs; the wait
-    of its next fetch and whether it adapts (``state.fetch.adapt_fetch_wait``)."""
+    and prefetched records, and whether the fetch routine still runs."""
     fetcher = kafka_consumer._fetcher
     assignment = kafka_consumer._subscription.subscription.assignment
     partitions = {}
@@ -259,8 +257,6 @@ def _fetcher_state(kafka_consumer: Any) -> dict[str, Any]:
         "fetch routine": "done" if task.done() else "running",
         "in flight": set(fetcher._in_flight),
         "pending": len(fetcher._pending_tasks),
-        "fetch wait ms": fetcher._fetch_max_wait_ms,
-        "fetch wait adapts": "_proc_fetch_request" in vars(fetcher),
     }
 
 
