@@ -116,8 +116,8 @@ def compact_json(doc: Any) -> bytes:
 #: Version 3 added the seen window's ``oldest``; states written before it
 #: read with ``oldest`` unknown.
 _STATE = struct.Struct(">BBQQdQQdQH")
-_STATE_V3 = 3
-_STATE_V2 = struct.Struct(">BBQQdQQQH")
+_STATE_VERSION = 3
+_STATE_LAYOUT_2 = struct.Struct(">BBQQdQQQH")
 _RANGE = struct.Struct(">QQ")
 _NO_NEXT, _NO_GAP, _NO_CONFIRMED = 1, 2, 4
 
@@ -131,7 +131,7 @@ def encode_key_state(state: KeyState, window: SeenWindow) -> bytes:
     )
     skipped = state.skipped
     raw = _STATE.pack(
-        _STATE_V3,
+        _STATE_VERSION,
         flags,
         nxt or 0,
         state.buffered,
@@ -151,7 +151,7 @@ def decode_key_state(raw: bytes | None) -> tuple[KeyState, SeenWindow]:
     if raw is None:
         return KeyState(), SeenWindow()
     oldest = UNKNOWN
-    if raw[0] == _STATE_V3:
+    if raw[0] == _STATE_VERSION:
         fields = _STATE.unpack_from(raw)
         _, flags, nxt, buffered, gap_since, head, tail, oldest, confirmed, n = fields
         start = _STATE.size
@@ -160,8 +160,9 @@ def decode_key_state(raw: bytes | None) -> tuple[KeyState, SeenWindow]:
         ranges = tuple((a, b) for a, b in skipped)
         return KeyState(nxt, buffered, gap_since, ranges, confirmed), SeenWindow(head, tail)
     else:  # version 2
-        _, flags, nxt, buffered, gap_since, head, tail, confirmed, n = _STATE_V2.unpack_from(raw)
-        start = _STATE_V2.size
+        fields = _STATE_LAYOUT_2.unpack_from(raw)
+        _, flags, nxt, buffered, gap_since, head, tail, confirmed, n = fields
+        start = _STATE_LAYOUT_2.size
     ranges = tuple(_RANGE.iter_unpack(raw[start : start + n * _RANGE.size]))
     nxt = None if flags & _NO_NEXT else nxt
     gap_since = None if flags & _NO_GAP else gap_since
