@@ -36,6 +36,7 @@ from seqkeeper.demo import publish
 from seqkeeper.settings import Settings
 from seqkeeper.topics import create_topics, end_offsets_of
 from seqkeeper.worker import WorkerProcess
+from state.producer import BatchProducer
 
 Records = list[tuple[bytes | None, bytes | None]]
 
@@ -382,21 +383,27 @@ class Bench:
         figure.detail["fetch max wait ms"] = s.fetch_wait_ms()
         return figure
 
-    def limit_latency(self, rate: float) -> Figure:
+    def limit_latency(self, rate: float, write_ahead: bool = False) -> Figure:
         """The same measurement through the limit's pipeline (plain aiokafka:
         consume, produce, commit): what the broker and its clients alone add
-        at ``rate``, two hops as through seqkeeper."""
-        tag = _tag("limit-latency")
-        src, dst = f"{tag}.in", f"{tag}.out"
-        self.topics([src, dst])
+        at ``rate``, two hops as through seqkeeper. With ``write_ahead``,
+        each fetch's records first write one changelog record per message
+        and wait for its acknowledgement (``bench.limit``): the floor of a
+        pipeline that puts no output on the broker before its state."""
+        tag = _tag("wal-latency" if write_ahead else "limit-latency")
+        src, dst, log = f"{tag}.in", f"{tag}.out", f"{tag}.changelog"
+        self.topics([src, dst, log] if write_ahead else [src, dst])
         # it fetches with the worker's fetch wait: with aiokafka's 500 ms the
         # embedded broker holds a fetch that finds nothing that long
         wait = self.settings(tag).fetch_wait_ms()
         cmd = [sys.executable, "-m", "bench.limit", self.bootstrap, src, dst, tag, str(wait)]
-        with process(cmd, {}, self.workdir / f"{tag}.log"):
+        with process(cmd + [log] if write_ahead else cmd, {}, self.workdir / f"{tag}.log"):
             lat = asyncio.run(self._latency(src, dst, rate, self.sizes.latency_seconds))
-        figure = _latency_figure(f"limit: plain aiokafka, latency p99 at {rate:,.0f} msg/s", lat)
+        what = "limit + write-ahead" if write_ahead else "limit: plain aiokafka"
+        figure = _latency_figure(f"{what}, latency p99 at {rate:,.0f} msg/s", lat)
         figure.detail["fetch max wait ms"] = wait
+        if write_ahead:
+            figure.detail["changelog"] = log
         return figure
 
     async def _latency(
@@ -412,7 +419,7 @@ class Bench:
             auto_offset_reset="earliest",
             fetch_max_wait_ms=5,
         )
-        producer = AIOKafkaProducer(bootstrap_servers=self.bootstrap, linger_ms=LATENCY_LINGER_MS)
+        producer = AIOKafkaProducer(bootstrap_servers=self.bootstrap)  # _paced lingers
         await consumer.start()
         await producer.start()
         # warm-up: wait until the worker answers
@@ -443,25 +450,8 @@ class Bench:
 
         task = asyncio.create_task(reader())
         t0, first = time.monotonic(), time.time()
-        seqs = [0] * keys
-        for i in range(n):
-            k = i % keys
-            seqs[k] += 1
-            key = f"lat-{k:06d}"
-            value = orjson.dumps(
-                {
-                    "messageId": f"{key}:{seqs[k]}",
-                    "seq": seqs[k],
-                    "type": "t",
-                    "data": {"pad": "x" * 120},
-                }
-            )
-            sent[value] = time.time()
-            await producer.send(source, value, key=key.encode())
-            ahead = t0 + (i + 1) / rate - time.monotonic()
-            if ahead > 0:
-                await asyncio.sleep(ahead)
         try:
+            await _paced(BatchProducer(lambda: producer), source, rate, n, keys, sent, t0, first)
             await asyncio.wait_for(task, timeout=60)
         finally:
             task.cancel()
@@ -615,6 +605,73 @@ class Bench:
                 compaction < 60,
             ),
         )
+
+
+async def _paced(
+    out: BatchProducer,
+    topic: str,
+    rate: float,
+    n: int,
+    keys: int,
+    sent: dict[bytes, float],
+    t0: float,
+    first: float,
+) -> None:
+    """Produce ``n`` in-order records over ``keys`` keys to ``topic`` at
+    ``rate`` per second (monotonic ``t0``, wall clock ``first``), each
+    stamped in ``sent`` with the time it was due, and return once all are
+    acknowledged. As a producer that lingers :data:`LATENCY_LINGER_MS`: the
+    records due within one linger go together, as one record batch per
+    partition, and while a send is in flight the next records wait for it;
+    a record's wait counts in its latency. Per record only the value is
+    built: ``producer.send`` per record made the measuring process the
+    busiest on the machine."""
+    pick = await out.partitioner(topic)
+    linger = LATENCY_LINGER_MS / 1000
+    waiting: dict[tuple[str, int], list[tuple[bytes | None, bytes | None, Any]]] = {}
+    ready = asyncio.Event()
+    done = False
+
+    async def sender() -> None:
+        while True:
+            if waiting:
+                batches = dict(waiting)
+                waiting.clear()
+                await out.send(batches)
+            elif done:
+                return
+            else:
+                ready.clear()
+                await ready.wait()
+
+    task = asyncio.create_task(sender())
+    seqs = [0] * keys
+    i = 0
+    while i < n:
+        due = min(n, int((time.monotonic() - t0) * rate) + 1)
+        for j in range(i, due):
+            k = j % keys
+            seqs[k] += 1
+            key = f"lat-{k:06d}"
+            value = orjson.dumps(
+                {
+                    "messageId": f"{key}:{seqs[k]}",
+                    "seq": seqs[k],
+                    "type": "t",
+                    "data": {"pad": "x" * 120},
+                }
+            )
+            sent[value] = first + j / rate
+            kb = key.encode()
+            waiting.setdefault((topic, pick(kb)), []).append((kb, value, ()))
+        i = due
+        ready.set()
+        ahead = t0 + due / rate + linger - time.monotonic()
+        if ahead > 0 and i < n:
+            await asyncio.sleep(ahead)
+    done = True
+    ready.set()
+    await task
 
 
 def _ms_at(ordered: list[float], q: float) -> float:
@@ -779,15 +836,18 @@ def run(bench: Bench, only: set[str] | None = None) -> dict[str, Any]:
             rate = max(10.0, ours.value / 2)
             lats: list[Figure] = []
             floors: list[Figure] = []
+            aheads: list[Figure] = []
             for n in range(1, rounds + 1):
                 bench.say(f"latency at half of seqkeeper's throughput, round {n} of {rounds}")
                 lats.append(bench.latency(rate))
                 bench.say(f"  p99 {lats[-1].value:,.0f} ms; through the limit's pipeline")
                 floors.append(bench.limit_latency(rate))
-                bench.say(f"  p99 {floors[-1].value:,.0f} ms")
+                bench.say(f"  p99 {floors[-1].value:,.0f} ms; with a write-ahead")
+                aheads.append(bench.limit_latency(rate, write_ahead=True))
+                bench.say(f"  p99 {aheads[-1].value:,.0f} ms")
             lat = _median_figure(lats)
             lat.target, lat.met = "p99 < 100 ms", lat.value < 100
-            figures.extend([lat, _median_figure(floors)])
+            figures.extend([lat, _median_figure(floors), _median_figure(aheads)])
 
     def depth() -> None:
         # alternating rounds, as for throughput: single pairs measured

@@ -1,7 +1,12 @@
 """The limit baseline: plain aiokafka — consume, decode and encode JSON with
 orjson, produce, commit per batch.
-``python -m bench.limit BOOTSTRAP IN OUT GROUP [FETCH_MAX_WAIT_MS]``
-(aiokafka's 500 ms when not given)."""
+``python -m bench.limit BOOTSTRAP IN OUT GROUP [FETCH_MAX_WAIT_MS [CHANGELOG]]``
+(aiokafka's 500 ms when no wait is given). With ``CHANGELOG`` it is the
+write-ahead floor of the latency figures: per fetch, one record per input
+message goes to ``CHANGELOG`` (the input's key and partition, its offset as
+the value) and is acknowledged before the outputs are produced — the
+smallest pipeline with seqkeeper's order of writes (state before output),
+without its state."""
 
 from __future__ import annotations
 
@@ -12,7 +17,14 @@ import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 
-async def main(bootstrap: str, source: str, sink: str, group: str, wait_ms: int = 500) -> None:
+async def main(
+    bootstrap: str,
+    source: str,
+    sink: str,
+    group: str,
+    wait_ms: int = 500,
+    changelog: str | None = None,
+) -> None:
     consumer = AIOKafkaConsumer(
         source,
         bootstrap_servers=bootstrap,
@@ -28,11 +40,20 @@ async def main(bootstrap: str, source: str, sink: str, group: str, wait_ms: int 
     try:
         while True:
             batch = await consumer.getmany(timeout_ms=200, max_records=5_000)
-            futures = []
-            for records in batch.values():
+            outputs: list[tuple[bytes, bytes | None]] = []
+            ahead = []
+            for tp, records in batch.items():
                 for r in records:
                     doc = orjson.loads(r.value)
-                    futures.append(await producer.send(sink, orjson.dumps(doc), key=r.key))
+                    outputs.append((orjson.dumps(doc), r.key))
+                    if changelog is not None:
+                        state = orjson.dumps({"offset": r.offset})
+                        ahead.append(
+                            await producer.send(changelog, state, key=r.key, partition=tp.partition)
+                        )
+            if ahead:
+                await asyncio.gather(*ahead)  # the state first, as seqkeeper's outbox
+            futures = [await producer.send(sink, value, key=key) for value, key in outputs]
             if futures:
                 await asyncio.gather(*futures)
                 await consumer.commit()
@@ -42,5 +63,6 @@ async def main(bootstrap: str, source: str, sink: str, group: str, wait_ms: int 
 
 
 if __name__ == "__main__":
-    bootstrap, source, sink, group, *wait = sys.argv[1:6]
-    asyncio.run(main(bootstrap, source, sink, group, *(int(w) for w in wait)))
+    bootstrap, source, sink, group, *rest = sys.argv[1:7]
+    wait = int(rest[0]) if rest else 500
+    asyncio.run(main(bootstrap, source, sink, group, wait, rest[1] if len(rest) > 1 else None))

@@ -3,13 +3,28 @@ threshold — performance is proven by `seqkeeper bench`, not by tests."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
+import uuid
 
 import orjson
 import pytest
+from aiokafka import AIOKafkaProducer
 
-from bench.harness import LATENCY_LINGER_MS, Bench, Sizes, _latency_figure, run, workload, write
+from bench.harness import (
+    LATENCY_LINGER_MS,
+    Bench,
+    Sizes,
+    _latency_figure,
+    _paced,
+    run,
+    workload,
+    write,
+)
 from seqkeeper.settings import Settings
+from seqkeeper.topics import create_topics, read_topic
+from state.producer import BatchProducer
 
 pytestmark = pytest.mark.integration
 
@@ -50,6 +65,35 @@ def test_latency_figure_keeps_each_seconds_p99() -> None:
     assert figure.detail["p99 per second"] == pytest.approx([100.0, 200.0])
 
 
+def test_paced_input_is_every_record_in_key_order_and_not_ahead_of_its_rate(broker) -> None:
+    topic, n, rate, keys = f"paced-{uuid.uuid4().hex[:6]}", 400, 2_000.0, 7
+    sent: dict[bytes, float] = {}
+
+    async def main() -> float:
+        await create_topics(broker.bootstrap, [topic], 3)
+        producer = AIOKafkaProducer(bootstrap_servers=broker.bootstrap)
+        await producer.start()
+        try:
+            t0, first = time.monotonic(), time.time()
+            await _paced(BatchProducer(lambda: producer), topic, rate, n, keys, sent, t0, first)
+            return time.monotonic() - t0
+        finally:
+            await producer.stop()
+
+    took = asyncio.run(main())
+    assert took >= (n - 1) / rate  # paced: the last record is not sent before it is due
+    got = asyncio.run(read_topic(broker.bootstrap, topic))
+    assert sorted(r.value for r in got) == sorted(sent) and len(sent) == n
+    # each stamped with when it was due: 1 / rate apart, in send order
+    stamps = sorted(sent.values())
+    assert stamps[-1] - stamps[0] == pytest.approx((n - 1) / rate)
+    seqs: dict[bytes | None, list[int]] = {}
+    for r in sorted(got, key=lambda r: (r.partition, r.offset)):
+        seqs.setdefault(r.key, []).append(orjson.loads(r.value)["seq"])
+    assert len(seqs) == keys
+    assert all(s == list(range(1, len(s) + 1)) for s in seqs.values())  # in order per key
+
+
 def test_smoke_run_writes_every_figure(broker, spark, tmp_path) -> None:
     bench = Bench(broker.bootstrap, TINY, tmp_path, lambda s: None)
     result = run(bench)
@@ -60,6 +104,7 @@ def test_smoke_run_writes_every_figure(broker, spark, tmp_path) -> None:
         "seqkeeper:",
         "latency p99",
         "plain aiokafka, latency p99",
+        "limit + write-ahead, latency p99",
         "buffered on one key",
         "restart to first output",
         "peak RSS",
@@ -80,14 +125,21 @@ def test_smoke_run_writes_every_figure(broker, spark, tmp_path) -> None:
     to_peer = next(r for r in result["ratios"] if r["name"] == "seqkeeper / peer")
     assert to_peer["detail"]["seqkeeper"] == ours["detail"]["rounds"][0]
     assert to_peer["value"] == pytest.approx(ours["detail"]["rounds"][0] / peer["value"])
-    # both latency pipelines: the same input producer, the worker's fetch wait
+    # every latency pipeline: the same input producer, the worker's fetch wait
     lat = next(f for f in result["figures"] if f["name"].startswith("latency p99"))
     floor = next(f for f in result["figures"] if "plain aiokafka, latency" in f["name"])
+    ahead = next(f for f in result["figures"] if "write-ahead, latency" in f["name"])
     wait = Settings(broker="-").fetch_wait_ms()
-    for figure in (lat, floor):
+    for figure in (lat, floor, ahead):
+        assert len(figure["detail"]["rounds"]) == 2
         assert figure["detail"]["producer linger ms"] == LATENCY_LINGER_MS
         assert figure["detail"]["fetch max wait ms"] == wait
         assert 1 <= len(figure["detail"]["p99 per second"]) <= TINY.latency_seconds + 1
+    # the write-ahead pipeline wrote its changelog: a record per message it passed on
+    assert (
+        len(asyncio.run(read_topic(broker.bootstrap, ahead["detail"]["changelog"])))
+        > ahead["detail"]["n"]
+    )
     # seqkeeper and the peer in the limit's unit: input records per second
     # (duplicates included), not distinct outputs per second
     per_output = len(bench.records) / bench.distinct
