@@ -18,7 +18,9 @@ Crash consistency is write-ahead, as with a Transactional Outbox:
    until the state writes made before it took the batch are acknowledged by
    the broker, then produces the batch and waits for those acknowledgements,
    then :meth:`OrderedTopology.confirm` records per key how far the ordered
-   output is durable (and deletes the messages the batch released).
+   output is durable (and deletes the messages the batch released). The
+   next batch may be taken, and its state writes sent, while one is
+   produced; batches are produced in the order they were taken.
 3. Faust commits an input offset only after an outbox cycle (the commit hook
    in :mod:`state.faust_glue`), so every record below the committed offset
    has durable outputs.

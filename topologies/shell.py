@@ -6,8 +6,9 @@ output records in its outbox while it writes state; :func:`install_outbox`
 runs a task that takes the queued batch and the changelog writes made so
 far, sends the writes and waits until the broker acknowledges them, produces
 the batch, waits for those acknowledgements, and hands the batch back to the
-topology to confirm. Both go as record batches per topic-partition
-(:mod:`state.producer`). The same cycle runs before every offset commit.
+topology to confirm (the next batch is taken while one is produced: see
+:func:`install_outbox`). Both go as record batches per topic-partition
+(:mod:`state.producer`). A whole cycle runs before every offset commit.
 """
 
 from __future__ import annotations
@@ -146,49 +147,132 @@ def install_outbox(
 ) -> Callable[[], dict[str, Any]]:
     """Run the outbox cycle for ``topology``; ``resolve`` maps an
     ``Out`` topic to a Faust topic; a cycle starts ``linger`` seconds
-    after the first output. Returns a probe for diagnostics."""
+    after the first output (at once when an agent waits in :func:`relieve`).
+    Sets ``app.outbox_cycle`` (everything queued so far made durable and
+    confirmed) and ``app.outbox_taken`` (see :func:`relieve`). Returns a
+    probe for diagnostics.
+
+    A cycle has two stages. *Take*: take the outbox and the changelog
+    writes made so far (together, with no await between: the writes behind
+    the batch), send the writes and wait for their acknowledgements.
+    *Produce*: produce the batch, wait for its acknowledgements, confirm.
+    Takes run one at a time, and so do produces, each in the order of the
+    takes; the next take may run while the batch before it is produced.
+    So a batch is produced only after its own state writes are durable
+    (write-ahead), batches reach each partition in order, and the state
+    writes of the next batch travel in the same produce requests as this
+    batch's records (aiokafka keeps one request in flight per broker, with
+    at most one record batch per partition: two stages one after the other
+    cost two round trips per cycle, and an agent with a backlog waited for
+    them). A crash between the two stages leaves the next batch's state
+    durable and this batch unconfirmed: a restart emits again what was not
+    confirmed (:mod:`topologies.ordered`), as after a crash within one
+    cycle.
+    """
     wake = asyncio.Event()
     topology.on_output = wake.set
-    lock = asyncio.Lock()
+    taking = asyncio.Lock()
+    #: agents waiting in relieve() for the next take
+    waiters: list[asyncio.Future[None]] = []
+    #: the produce stages of the last two takes (each awaits the one before)
+    stages: list[asyncio.Future[None]] = []
 
     producer: BatchProducer = app.batch_producer
 
-    async def cycle() -> None:
-        async with lock:
-            # taken together, with no await between: the writes behind the batch
+    async def produce(batch: Batch, before: asyncio.Future[None] | None) -> None:
+        if before is not None:
+            await before  # in the order of the takes (and failing with it)
+        if not batch:
+            return
+        grouped = await producer.group(batch.records, lambda role: resolve(role).get_topic_name())
+        await producer.send(grouped)
+        topology.confirm(batch)
+
+    async def take() -> asyncio.Future[None]:
+        """The take stage; returns the batch's produce stage, under way."""
+        async with taking:
+            # At most one batch is being produced while this one is taken
+            # (the bound on what waits in memory). A failed produce stage
+            # fails every take after it (and every produce stage: each
+            # awaits the one before), as a failed cycle did.
+            if len(stages) == 2:
+                await stages.pop(0)
+            if stages and stages[-1].done():
+                stages[-1].result()
             batch = topology.take()
             writes = store.take_writes()
+            # The outbox is empty again: an agent held back by relieve() may
+            # go on (what it adds goes to the next take).
+            for waiter in waiters:
+                if not waiter.done():
+                    waiter.set_result(None)
+            waiters.clear()
             await store.flush(writes)
-            if not batch:
-                return
-            grouped = await producer.group(
-                batch.records, lambda role: resolve(role).get_topic_name()
-            )
-            await producer.send(grouped)
-            topology.confirm(batch)
+            stage = asyncio.ensure_future(produce(batch, stages[-1] if stages else None))
+            stage.add_done_callback(wake_on_failure)
+            stages.append(stage)
+            return stage
+
+    def wake_on_failure(stage: asyncio.Future[None]) -> None:
+        if not stage.cancelled() and stage.exception() is not None:
+            wake.set()  # the outbox task's next take raises it
+
+    async def cycle() -> None:
+        """Everything queued so far durable and confirmed (its produce stage
+        waits for every one before it)."""
+        await (await take())
+
+    async def taken() -> None:
+        """Return once a take has taken the outbox as it is now: at once
+        after the take under way (if any), not after any acknowledgement of
+        the outputs."""
+        if not taking.locked():
+            await take()  # nothing being taken: take it now
+            return
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        waiters.append(waiter)
+        wake.set()  # the outbox task's next take takes it (no linger)
+        await waiter
 
     app.before_commit.append(cycle)
     app.outbox_cycle = cycle
+    app.outbox_taken = taken
 
     @app.task  # type: ignore[untyped-decorator]
     async def outbox() -> None:
         while True:
             await wake.wait()
-            if linger:
+            if linger and not waiters:
                 await asyncio.sleep(linger)
             wake.clear()
-            await cycle()
+            await take()
 
-    return lambda: {"outbox wake": wake.is_set(), "outbox cycle running": lock.locked()}
+    def probe() -> dict[str, Any]:
+        return {
+            "outbox wake": wake.is_set(),
+            "outbox taking": taking.locked(),
+            "outbox batches producing": sum(not stage.done() for stage in stages),
+            "agents waiting for the outbox": len(waiters),
+        }
+
+    return probe
 
 
 async def relieve(app: Any, topology: OutboxOwner, limit: int) -> None:
     """Back-pressure for an agent: once the outbox holds ``limit`` records,
-    run an outbox cycle before taking more input (the agent would otherwise
-    run ahead of the broker, queueing outputs and changelog writes without
-    bound)."""
+    wait until an outbox cycle takes them before taking more input (the
+    agent would otherwise run ahead of the broker, queueing outputs and
+    changelog writes without bound).
+
+    It waits for the take under way to finish and the next to take the
+    outbox (its state writes acknowledged), not for any output's
+    acknowledgements: those broker round trips were time the agent sat
+    idle under a backlog. Bound: besides the outbox (up to ``limit``
+    records and a fetch's worth), at most two taken batches wait for their
+    outputs (a take waits until the batch before the last one is produced:
+    :func:`install_outbox`)."""
     if len(topology.outbox.records) >= limit:
-        await app.outbox_cycle()
+        await app.outbox_taken()
 
 
 def install_diagnostics(app: Any, *probes: Callable[[], dict[str, Any]]) -> None:

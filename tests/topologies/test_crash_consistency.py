@@ -6,8 +6,10 @@ exactly as ``build_app`` does (state durable -> outputs produced -> confirm;
 commit after a cycle). Hypothesis then crashes the worker anywhere: between
 any two writes (the changelog keeps an arbitrary prefix of what was not yet
 acknowledged), in the middle of producing a batch (each output topic keeps
-an arbitrary prefix of it), or between cycles. A new worker starts from the
-surviving changelog and the committed input offset. The outputs must pass
+an arbitrary prefix of it, and the next batch may be taken meanwhile, its
+state writes durable: the shell's two stages overlap), or between cycles.
+A new worker starts from the surviving changelog and the committed input
+offset. The outputs must pass
 the verifier: nothing lost, per-key order kept, repeats byte-identical.
 Clean stops happen too: the next start reads only the keys the stop named
 (``save_index``) and must find what reading every key would, and re-emit
@@ -28,6 +30,7 @@ from seqkeeper.workload import generate
 from state.memory import MemoryStore
 from state.stores import Stores
 from topologies.ordered import OrderedTopology
+from topologies.shell import Batch
 
 TOPICS = ("ordered", "deduped", "dlq", "late")
 
@@ -99,6 +102,11 @@ class World:
     def cycle(self, delivered: dict[str, int] | None = None) -> None:
         batch = self.topology.take()
         self.durable = len(self.changelog)  # the shell awaits these writes first
+        self.produce(batch, delivered)
+
+    def produce(self, batch: Batch, delivered: dict[str, int] | None = None) -> None:
+        """Deliver ``batch`` (each topic a prefix of its part, with
+        ``delivered``; then it is not confirmed)."""
         by_topic: dict[str, list[Record]] = defaultdict(list)
         for topic, key, value, headers in batch.records:
             self.outputs.setdefault(topic, [])  # the topic exists, even if nothing reaches it
@@ -146,6 +154,18 @@ class World:
         self.crashes += 1
         self.start()
 
+    def crash_pipelined(self, more: int, cut: float, delivered: dict[str, int]) -> None:
+        """Killed while a batch is produced and the next one is taken (the
+        shell's two stages overlap): ``more`` records processed after the
+        batch was taken, any prefix of their state writes durable, and each
+        output topic holding a prefix of the batch."""
+        batch = self.topology.take()
+        self.durable = len(self.changelog)
+        for _ in range(more):
+            self.record()
+        self.produce(batch, delivered)
+        self.crash(cut, None)
+
     def finish(self) -> None:
         while self.position < len(self.inputs):
             self.record()
@@ -165,6 +185,12 @@ actions = st.one_of(
         st.just("crash"),
         st.floats(0, 1),
         st.none() | st.fixed_dictionaries({t: st.integers(0, 6) for t in TOPICS}),
+    ),
+    st.tuples(
+        st.just("crash-pipelined"),
+        st.integers(0, 6),
+        st.floats(0, 1),
+        st.fixed_dictionaries({t: st.integers(0, 6) for t in TOPICS}),
     ),
 )
 
@@ -194,6 +220,8 @@ def test_a_crash_anywhere_loses_nothing_and_keeps_order(seed: int, script: list[
             world.commit()
         elif action[0] == "stop":
             world.stop()
+        elif action[0] == "crash-pipelined":
+            world.crash_pipelined(action[1], action[2], action[3])
         else:
             world.crash(action[1], action[2])
     world.finish()
