@@ -160,11 +160,11 @@ def install_outbox(
     takes; the next take may run while the batch before it is produced.
     So a batch is produced only after its own state writes are durable
     (write-ahead), batches reach each partition in order, and the state
-    writes of the next batch travel in the same produce requests as this
-    batch's records (aiokafka keeps one request in flight per broker, with
-    at most one record batch per partition: two stages one after the other
-    cost two round trips per cycle, and an agent with a backlog waited for
-    them). A crash between the two stages leaves the next batch's state
+    writes of the next batch can travel in the same produce requests as
+    this batch's records (aiokafka keeps one request in flight per broker,
+    with at most one record batch per partition: two stages one after the
+    other cost two round trips per cycle, and an agent with a backlog
+    waited for them). A crash between the two stages leaves the next batch's state
     durable and this batch unconfirmed: a restart emits again what was not
     confirmed (:mod:`topologies.ordered`), as after a crash within one
     cycle.
