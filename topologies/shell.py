@@ -164,10 +164,10 @@ def install_outbox(
     this batch's records (aiokafka keeps one request in flight per broker,
     with at most one record batch per partition: two stages one after the
     other cost two round trips per cycle, and an agent with a backlog
-    waited for them). A crash between the two stages leaves the next batch's state
-    durable and this batch unconfirmed: a restart emits again what was not
-    confirmed (:mod:`topologies.ordered`), as after a crash within one
-    cycle.
+    waited for them). A crash between the two stages leaves the next
+    batch's state durable and this batch unconfirmed: a restart emits again
+    what was not confirmed (:mod:`topologies.ordered`), as after a crash
+    within one cycle.
     """
     wake = asyncio.Event()
     topology.on_output = wake.set
@@ -265,7 +265,8 @@ async def relieve(app: Any, topology: OutboxOwner, limit: int) -> None:
     changelog writes without bound).
 
     It waits for the take under way to finish and the next to take the
-    outbox (its state writes acknowledged), not for any output's
+    outbox (when no take is under way, it takes the outbox itself and waits
+    for those state writes' acknowledgements), not for any output's
     acknowledgements: those broker round trips were time the agent sat
     idle under a backlog. Bound: besides the outbox (up to ``limit``
     records and a fetch's worth), at most two taken batches wait for their

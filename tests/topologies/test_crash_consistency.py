@@ -9,8 +9,8 @@ acknowledged), in the middle of producing a batch (each output topic keeps
 an arbitrary prefix of it, and the next batch may be taken meanwhile, its
 state writes durable: the shell's two stages overlap), or between cycles.
 A new worker starts from the surviving changelog and the committed input
-offset. The outputs must pass
-the verifier: nothing lost, per-key order kept, repeats byte-identical.
+offset. The outputs must pass the verifier: nothing lost, per-key order
+kept, repeats byte-identical.
 Clean stops happen too: the next start reads only the keys the stop named
 (``save_index``) and must find what reading every key would, and re-emit
 nothing.
