@@ -127,9 +127,10 @@ def offer(
             forget.append((head, entry[0]))
         head += 1
         oldest = UNKNOWN  # the new head's
-    head, oldest = _forget_aged(
-        seen, head, position, oldest, now, retention, EVICT_PER_ACCEPT, forget
-    )
+    if oldest <= now - retention.max_age:  # (else nothing is old enough: no call)
+        head, oldest = _forget_aged(
+            seen, head, position, oldest, now, retention, EVICT_PER_ACCEPT, forget
+        )
     if head == position:  # the accepted id is the oldest now
         oldest = now
     return DedupDecision(

@@ -126,7 +126,8 @@ class FaustRocksStore:
         self._local: dict[int, dict[bytes, bytes | None]] = {}  # the others' writes
         self._waiting_count = 0
         #: per partition, the deferred family's keys in its DB, where known
-        #: (the DB had none when it opened, and no more than IN_DB_KNOWN since)
+        #: (the DB had none when it opened, and no more than IN_DB_KNOWN since);
+        #: forgotten by sync(), so a set here is that of the DB open now
         self._in_db: dict[int, set[bytes]] = {}
         self._offsets: dict[int, int] = {}  # persisted offsets held back while writes wait
         self._queued: dict[int, Writes] = {}
@@ -184,11 +185,13 @@ class FaustRocksStore:
         for partition in set(self._waiting) | set(self._offsets):
             self._write_waiting(partition)
         self._tuned.clear()  # each DB is looked at again when next used
+        self._in_db.clear()  # (and what it holds: a rebalance may replace it)
 
     def _write_waiting(self, partition: int, oldest: int | None = None) -> None:
         """Write the partition's waiting writes (or its ``oldest`` ones)."""
         waiting = self._waiting.get(partition)
         if waiting:
+            db = self._db(partition)  # (first: looking at a DB may start its in_db)
             in_db = self._in_db.get(partition)
             keys = list(waiting if oldest is None else itertools.islice(waiting, oldest))
             written = {key: waiting.pop(key) for key in keys}
@@ -198,7 +201,7 @@ class FaustRocksStore:
                         in_db.discard(key)
                     else:
                         in_db.add(key)
-            self._write_sorted(self._db(partition), written)
+            self._write_sorted(db, written)
             self._waiting_count -= len(keys)
             if in_db is not None and len(in_db) > IN_DB_KNOWN:
                 del self._in_db[partition]  # from now on RocksDB answers
@@ -241,11 +244,10 @@ class FaustRocksStore:
                 found = waiting.get(key, _ABSENT)
                 if found is not _ABSENT:
                     return found  # type: ignore[return-value]
-            db = self._db(partition)
-            in_db = self._in_db.get(partition)
+            in_db = self._in_db.get(partition)  # (only for a DB looked at since sync)
             if in_db is not None and key not in in_db:
                 return None
-            deferred: bytes | None = db.get(key)
+            deferred: bytes | None = self._db(partition).get(key)
             return deferred
         local = self._local.get(partition)
         if local is not None:
@@ -297,10 +299,10 @@ class FaustRocksStore:
         queue = self._queued.get(partition)
         if queue is None:
             queue = self._queued[partition] = Writes()
-        db = self._db(partition)
         keys, values = queue.keys, queue.values
         family = self._family
         if family < 0:
+            db = self._db(partition)
             put, delete = db.put, db.delete
             for key, value, _ in changes:
                 keys.append(key)

@@ -242,7 +242,8 @@ class Stores:
                 put.value,
                 put.event_time,
             )
-        self._delete_buffered(changes, partition, key, step.buffer_deletes)  # before the state
+        if step.buffer_deletes:  # before the state
+            self._delete_buffered(changes, partition, key, step.buffer_deletes)
         changes.append(self._state_change(partition, key, step.state, window))
         self.state.write(partition, changes)
 
