@@ -269,7 +269,6 @@ def offer(
                 ),
             )
         return Step(state, rejected=_late_or_conflict(state, message, nxt, policy))
-    run = _Run(message.key, buffer, nxt, state)
     if seq > nxt:
         held = buffer.get(seq)
         if held is not None and held.message_id != message.message_id:
@@ -287,9 +286,11 @@ def offer(
             state.buffered >= policy.max_buffered_per_key
             or total_buffered >= policy.max_buffered_total
         )
-        if not full:
-            run.buffered += 1
-            return run.step(now, state, message)
+        if not full:  # buffered (what _Run.step makes of it, without a _Run)
+            confirmed = nxt if state.confirmed is None else state.confirmed
+            gap_since = now if state.buffered == 0 else state.gap_since
+            waiting = KeyState(nxt, state.buffered + 1, gap_since, state.skipped, confirmed)
+            return Step(waiting, buffer_put=message, buffered_delta=1)
         if policy.overflow == "dlq":
             return Step(
                 state,
@@ -302,6 +303,7 @@ def offer(
                 ),
             )
         # Overflow policy "skip": give up the head gap now, as a timeout would.
+        run = _Run(message.key, buffer, nxt, state)
         lowest = buffer.first_after(nxt - 1)
         if lowest is None or seq < lowest:
             run.skip_to(seq, policy)
@@ -311,6 +313,8 @@ def offer(
             if seq != run.next:
                 run.buffered += 1
                 return run.step(now, state, message)
+    else:  # seq == nxt, with messages waiting behind it
+        run = _Run(message.key, buffer, nxt, state)
     run.release(message)
     run.drain()
     return run.step(now, state, message)

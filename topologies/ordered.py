@@ -81,16 +81,12 @@ SWEEP_KEYS_PER_TICK = 64
 SWEEP_IDS_PER_KEY = 64
 
 
-class Confirm:
-    """What producing a batch confirms for one key: its ordered output is
-    durable below ``upto``; ``released``: the sequences of the messages it
-    released (each stays in the buffer until confirmed)."""
-
-    __slots__ = ("upto", "released")
-
-    def __init__(self, upto: int) -> None:
-        self.upto = upto
-        self.released: list[int] = []
+#: What producing a batch confirms for one key: its ordered output is
+#: durable below the first item; the others are the sequences of the
+#: messages it released (each stays in the buffer until confirmed). One
+#: list (an object holding a list was one more object per key and batch
+#: for the garbage collector to examine).
+Confirm = list[int]
 
 
 class OrderedTopology(OutboxOwner):
@@ -296,15 +292,12 @@ class OrderedTopology(OutboxOwner):
         output durable up to ``upto``, and the messages released."""
         confirms = self.outbox.confirms
         slot = (partition, key)
-        noted = confirms.get(slot)
+        noted: Confirm | None = confirms.get(slot)
         if noted is None:
-            noted = confirms[slot] = Confirm(upto)
+            noted = confirms[slot] = [upto]
         else:
-            noted.upto = upto
-        released = noted.released
-        for e in emitted:
-            if type(e) is Message:
-                released.append(e.seq)
+            noted[0] = upto
+        noted.extend([e.seq for e in emitted if type(e) is Message])
 
     def save_index(self) -> None:
         """At a clean stop, once the outputs are confirmed: name per owned
@@ -339,7 +332,7 @@ class OrderedTopology(OutboxOwner):
             if partition not in self.owned:
                 continue
             state, window = self.stores.load(partition, key)
-            step = resequencer.confirm(state, noted.released, noted.upto, self.policy)
+            step = resequencer.confirm(state, noted[1:], noted[0], self.policy)
             # (confirm returns this very state when it changes nothing)
             if step.buffer_deletes or step.state is not state:
                 self.stores.confirm(partition, key, step, window)

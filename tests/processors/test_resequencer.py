@@ -229,6 +229,23 @@ def test_gap_timeout_emits_marker_then_drains() -> None:
     assert late.rejected is not None and late.rejected.reason == Reason.LATE_ARRIVAL
 
 
+def test_the_gap_timeout_counts_from_when_the_gap_began_blocking() -> None:
+    """Messages buffered behind a gap that already blocks do not restart
+    its timeout (a steady trickle behind a lost message must not hold it
+    back for ever); a new head gap after a release starts its own."""
+    buf = DictBuffer()
+    policy = Policy(gap_timeout=5.0)
+    state = KeyState()
+    for seq, now in ((3, 10.0), (4, 12.0), (6, 14.0)):
+        step = resequencer.offer(state, buf, msg(seq), now, policy)
+        buf[seq] = step.buffer_put  # type: ignore[assignment]
+        state = step.state
+    assert state.gap_since == 10.0 and resequencer.gap_deadline(state, policy) == 15.0
+    step = resequencer.expire("k", state, buf, 15.0, policy)  # 1..2 given up, 3 and 4 out
+    assert [getattr(e, "seq", None) for e in step.emitted] == [None, 3, 4]
+    assert step.state.gap_since == 15.0  # 5 is missing now: a new head gap
+
+
 def test_overflow_skip_gives_up_the_gap_early() -> None:
     buf = DictBuffer({3: msg(3)})
     policy = Policy(max_buffered_per_key=1, overflow="skip")
