@@ -43,9 +43,11 @@ class ReorderBuffer:
     """One key's reorder buffer (a ``BufferLookup``); made for every
     record, used by few (nothing is looked up while nothing waits).
     ``held``: the messages this process put in the buffer and has not
-    deleted (see :attr:`Stores._held`), found without a parse."""
+    deleted (see :attr:`Stores._held`), found without a parse. ``looked_up``:
+    the sequence and store key of the last :meth:`get` (the step that puts
+    that message needs the same key)."""
 
-    __slots__ = ("_store", "_partition", "_key", "_held")
+    __slots__ = ("_store", "_partition", "_key", "_held", "looked_up")
 
     def __init__(
         self,
@@ -58,9 +60,11 @@ class ReorderBuffer:
         self._partition = partition
         self._key = key
         self._held = {} if held is None else held
+        self.looked_up: tuple[str, int, bytes] | None = None
 
     def get(self, seq: int) -> Message | None:
         store_key = codecs.buffer_key(self._key, seq)
+        self.looked_up = (self._key, seq, store_key)
         found = self._held.get(store_key)
         if found is not None and found[0] == self._partition:
             return Message(self._key, found[1], found[2], found[3], found[4], found[5])
@@ -76,18 +80,23 @@ class ReorderBuffer:
 
 class SeenIds:
     """One key's remembered messageIds (a ``SeenLog``), as far as the key
-    state's window vouches for them."""
+    state's window vouches for them. ``looked_up``: the id and store key of
+    the last :meth:`get` (the step that remembers that id needs the same
+    key)."""
 
-    __slots__ = ("_store", "_partition", "_key", "_window")
+    __slots__ = ("_store", "_partition", "_key", "_window", "looked_up")
 
     def __init__(self, store: PartitionStore, partition: int, key: str, window: SeenWindow) -> None:
         self._store = store
         self._partition = partition
         self._key = key
         self._window = window
+        self.looked_up: tuple[str, str, bytes] | None = None
 
     def get(self, message_id: str) -> Seen | None:
-        raw = self._store.get(self._partition, codecs.seen_id_key(self._key, message_id))
+        store_key = codecs.seen_id_key(self._key, message_id)
+        self.looked_up = (self._key, message_id, store_key)
+        raw = self._store.get(self._partition, store_key)
         if raw is None:
             return None
         seen = codecs.decode_seen_id(raw)
@@ -226,10 +235,19 @@ class Stores:
                         (),
                     )
                 )
-                changes.append((codecs.seen_id_key(key, mid), codecs.encode_seen_id(seen), ()))
+                last = self._seen_view.looked_up  # (the offer looked it up)
+                if last is not None and last[0] == key and last[1] == mid:
+                    seen_key = last[2]
+                else:
+                    seen_key = codecs.seen_id_key(key, mid)
+                changes.append((seen_key, codecs.encode_seen_id(seen), ()))
         put = step.buffer_put
         if put is not None:
-            store_key = codecs.buffer_key(key, put.seq)
+            last_get = self._buffer_view.looked_up  # (the offer may have looked it up)
+            if last_get is not None and last_get[0] == key and last_get[1] == put.seq:
+                store_key = last_get[2]
+            else:
+                store_key = codecs.buffer_key(key, put.seq)
             changes.append((store_key, put.value, ()))
             held = self._held
             if len(held) >= MESSAGES_HELD:
