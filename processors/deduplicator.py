@@ -9,6 +9,15 @@ accepted; the oldest are forgotten when the key remembers more than
 time, and by :func:`sweep` for keys that went quiet). Time is an argument,
 never read from a clock.
 
+Reads: a new id is told apart from a remembered one by reading the store,
+unless the window vouches that it is new: it keeps a 128-bit filter
+(:attr:`SeenWindow.ids`, two bits per id, :func:`id_bits`) with the bits of
+every id it remembers (and maybe of some it forgot), so an id with a bit
+missing was never accepted within it. With a few dozen ids per key most new
+ids need no read (a RocksDB lookup that misses, the most common read of the
+hot path); a key that remembers many ids fills its filter and reads as
+before.
+
 Crash replays: each remembered id keeps the input position (``source``, the
 offset in its partition) of the copy that was accepted. When that very
 record comes again (the input is replayed from the last committed offset
@@ -34,6 +43,7 @@ Invariants (checked by ``tests/processors/test_deduplicator.py``):
 from __future__ import annotations
 
 import math
+import zlib
 from typing import NamedTuple, Protocol
 
 from processors.envelope import Message
@@ -43,6 +53,15 @@ from processors.values import value
 EVICT_PER_ACCEPT = 2
 #: :attr:`SeenWindow.oldest` when it is not known.
 UNKNOWN = -math.inf
+#: :attr:`SeenWindow.ids` when it is not known (every bit set: read always).
+ALL_IDS = (1 << 128) - 1
+
+
+def id_bits(message_id: str) -> int:
+    """The two bits of ``message_id`` in :attr:`SeenWindow.ids` (from its
+    CRC-32, the same in every process, as the filter is persisted)."""
+    h = zlib.crc32(message_id.encode("utf-8"))
+    return (1 << (h & 127)) | (1 << ((h >> 7) & 127))
 
 
 @value
@@ -59,11 +78,15 @@ class SeenWindow:
     ``tail`` the position the next accepted id gets. ``oldest``: when the id
     at ``head`` was accepted, as last read or written, so that an accept
     needs no read to know nothing is old enough to forget; a value at or
-    below the age horizon (such as :data:`UNKNOWN`) means "read it"."""
+    below the age horizon (such as :data:`UNKNOWN`) means "read it".
+    ``ids``: a filter holding the :func:`id_bits` of every remembered id (a
+    superset: forgetting clears no bit); an id with a bit missing is not
+    remembered. :data:`ALL_IDS` when not known."""
 
     head: int = 0
     tail: int = 0
     oldest: float = UNKNOWN
+    ids: int = ALL_IDS
 
     @property
     def size(self) -> int:
@@ -114,10 +137,12 @@ def offer(
 ) -> DedupDecision:
     """Decide on ``message`` (read from input position ``source``) given the
     ids remembered for its key."""
-    known = seen.get(message.message_id)
-    if known is not None:
-        replay = source >= 0 and known.source == source
-        return DedupDecision(False, message.message_id, window, replay=replay)
+    bits = id_bits(message.message_id)
+    if window.ids & bits == bits and window.tail != window.head:  # (else new: no read)
+        known = seen.get(message.message_id)
+        if known is not None:
+            replay = source >= 0 and known.source == source
+            return DedupDecision(False, message.message_id, window, replay=replay)
     position = window.tail
     head, tail, oldest = window.head, window.tail + 1, window.oldest
     forget: list[tuple[int, str]] = []
@@ -131,12 +156,14 @@ def offer(
         head, oldest = _forget_aged(
             seen, head, position, oldest, now, retention, EVICT_PER_ACCEPT, forget
         )
-    if head == position:  # the accepted id is the oldest now
-        oldest = now
+    if head == position:  # the accepted id is the oldest now, and the only one
+        oldest, ids = now, bits
+    else:
+        ids = window.ids | bits
     return DedupDecision(
         True,
         message.message_id,
-        SeenWindow(head, tail, oldest),
+        SeenWindow(head, tail, oldest, ids),
         remember=(message.message_id, Seen(position, now, source)),
         forget=tuple(forget),
     )
@@ -150,7 +177,8 @@ def sweep(
     head, oldest = _forget_aged(
         seen, window.head, window.tail, window.oldest, now, retention, limit, forget
     )
-    return SeenWindow(head, window.tail, oldest), tuple(forget)
+    ids = window.ids if head < window.tail else 0  # (nothing remembered: no bit)
+    return SeenWindow(head, window.tail, oldest, ids), tuple(forget)
 
 
 def _forget_aged(

@@ -24,7 +24,7 @@ from typing import Any
 
 import orjson
 
-from processors.deduplicator import UNKNOWN, Seen, SeenWindow
+from processors.deduplicator import ALL_IDS, UNKNOWN, Seen, SeenWindow
 from processors.resequencer import KeyState
 
 KEY_STATE = b"s"
@@ -113,11 +113,13 @@ def compact_json(doc: Any) -> bytes:
 #: Key state layout: a version byte (JSON, the first layout, starts with
 #: ``[``), which of the optional fields are absent, the fields, then the
 #: skipped ranges. Written for every step, so it is packed, not JSON.
-#: Version 3 added the seen window's ``oldest``; states written before it
-#: read with ``oldest`` unknown.
-_STATE = struct.Struct(">BBQQdQQdQH")
-_STATE_VERSION = 3
+#: Version 3 added the seen window's ``oldest``, version 4 its ``ids``
+#: filter (two 64-bit halves); states written before read with them unknown.
+_STATE = struct.Struct(">BBQQdQQdQQQH")
+_STATE_VERSION = 4
+_STATE_LAYOUT_3 = struct.Struct(">BBQQdQQdQH")
 _STATE_LAYOUT_2 = struct.Struct(">BBQQdQQQH")
+_LOW = (1 << 64) - 1
 _RANGE = struct.Struct(">QQ")
 _NO_NEXT, _NO_GAP, _NO_CONFIRMED = 1, 2, 4
 
@@ -129,7 +131,7 @@ def encode_key_state(state: KeyState, window: SeenWindow) -> bytes:
         | (_NO_GAP if gap_since is None else 0)
         | (_NO_CONFIRMED if confirmed is None else 0)
     )
-    skipped = state.skipped
+    skipped, ids = state.skipped, window.ids
     raw = _STATE.pack(
         _STATE_VERSION,
         flags,
@@ -139,6 +141,8 @@ def encode_key_state(state: KeyState, window: SeenWindow) -> bytes:
         window.head,
         window.tail,
         window.oldest,
+        ids >> 64,
+        ids & _LOW,
         confirmed or 0,
         len(skipped),
     )
@@ -150,11 +154,16 @@ def encode_key_state(state: KeyState, window: SeenWindow) -> bytes:
 def decode_key_state(raw: bytes | None) -> tuple[KeyState, SeenWindow]:
     if raw is None:
         return KeyState(), SeenWindow()
-    oldest = UNKNOWN
+    oldest, ids = UNKNOWN, ALL_IDS
     if raw[0] == _STATE_VERSION:
         fields = _STATE.unpack_from(raw)
-        _, flags, nxt, buffered, gap_since, head, tail, oldest, confirmed, n = fields
+        _, flags, nxt, buffered, gap_since, head, tail, oldest, high, low, confirmed, n = fields
+        ids = high << 64 | low
         start = _STATE.size
+    elif raw[0] == 3:
+        fields = _STATE_LAYOUT_3.unpack_from(raw)
+        _, flags, nxt, buffered, gap_since, head, tail, oldest, confirmed, n = fields
+        start = _STATE_LAYOUT_3.size
     elif raw[:1] == b"[":  # the first layout
         nxt, buffered, gap_since, skipped, head, tail, confirmed = orjson.loads(raw)
         ranges = tuple((a, b) for a, b in skipped)
@@ -167,7 +176,10 @@ def decode_key_state(raw: bytes | None) -> tuple[KeyState, SeenWindow]:
     nxt = None if flags & _NO_NEXT else nxt
     gap_since = None if flags & _NO_GAP else gap_since
     confirmed = None if flags & _NO_CONFIRMED else confirmed
-    return KeyState(nxt, buffered, gap_since, ranges, confirmed), SeenWindow(head, tail, oldest)
+    return (
+        KeyState(nxt, buffered, gap_since, ranges, confirmed),
+        SeenWindow(head, tail, oldest, ids),
+    )
 
 
 def describe(store_key: bytes, value: bytes) -> tuple[str, str, str | None, str]:

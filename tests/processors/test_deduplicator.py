@@ -4,7 +4,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from processors import deduplicator
-from processors.deduplicator import EVICT_PER_ACCEPT, Retention, Seen, SeenWindow
+from processors.deduplicator import (
+    ALL_IDS,
+    EVICT_PER_ACCEPT,
+    Retention,
+    Seen,
+    SeenWindow,
+    id_bits,
+)
 from processors.envelope import Message
 
 
@@ -16,8 +23,10 @@ class Log:
         self.fifo: dict[int, tuple[str, float]] = {}
         self.window = SeenWindow()
         self.reads = 0  # FIFO entries read
+        self.gets = 0  # seen ids looked up
 
     def get(self, message_id: str) -> Seen | None:
+        self.gets += 1
         return self.ids.get(message_id)
 
     def at(self, position: int) -> tuple[str, float] | None:
@@ -47,6 +56,8 @@ class Log:
             head_at = self.fifo[self.window.head][1]
             oldest = self.window.oldest
             assert oldest == head_at or oldest <= now - retention.max_age
+        for remembered in self.ids:  # the filter holds every remembered id's bits
+            assert self.window.ids & id_bits(remembered) == id_bits(remembered)
         return d.accepted
 
 
@@ -85,7 +96,9 @@ def test_age_eviction_and_sweep() -> None:
     assert log.window.size == 6 - EVICT_PER_ACCEPT
     window, forget = deduplicator.sweep(log, log.window, 100.0, retention, limit=10)
     assert [mid for _, mid in forget] == ["old2", "old3", "old4"]
-    assert window == SeenWindow(5, 6, 100.0)  # "new", at the head now, was read
+    assert window == SeenWindow(5, 6, 100.0, log.window.ids)  # "new", at the head now, was read
+    emptied, _ = deduplicator.sweep(log, SeenWindow(5, 6, 0.0, ALL_IDS), 1e6, retention, limit=10)
+    assert emptied.size == 0 and emptied.ids == 0  # nothing remembered: no bit
 
 
 def _offer_reading_the_head(
@@ -159,3 +172,48 @@ def test_the_accepted_copy_offered_again_is_a_replay_not_a_redelivery() -> None:
     other = deduplicator.offer(log, first.window, m, 1.0, Retention(), source=9)
     assert (again.accepted, again.replay) == (False, True)
     assert (other.accepted, other.replay) == (False, False)
+
+
+@given(
+    st.lists(st.sampled_from([f"m{i}" for i in range(40)]), max_size=120),
+    st.integers(1, 50),
+    st.floats(1.0, 50.0),
+    st.booleans(),
+)
+def test_the_filter_saves_reads_and_changes_no_decision(
+    arrivals: list[str], max_per_key: int, max_age: float, unknown_at_start: bool
+) -> None:
+    """``SeenWindow.ids`` only saves reads: every decision is the one made
+    by looking every id up (a log whose window claims every bit), whether
+    the filter starts empty or unknown (a state written before it)."""
+    retention = Retention(max_age=max_age, max_per_key=max_per_key)
+    log, reference = Log(), Log()
+    if unknown_at_start:
+        log.window = SeenWindow(0, 0, ids=ALL_IDS)
+    for t, mid in enumerate(arrivals):
+        full = SeenWindow(
+            reference.window.head, reference.window.tail, reference.window.oldest, ALL_IDS
+        )
+        expected = deduplicator.offer(reference, full, Message("k", mid, 1, "t", b""), t, retention)
+        d = deduplicator.offer(log, log.window, Message("k", mid, 1, "t", b""), t, retention)
+        assert (d.accepted, d.remember, d.forget, d.replay) == (
+            expected.accepted,
+            expected.remember,
+            expected.forget,
+            expected.replay,
+        )
+        assert (d.window.head, d.window.tail) == (expected.window.head, expected.window.tail)
+        log.offer(mid, float(t), retention)
+        reference.offer(mid, float(t), retention)
+    assert log.gets <= reference.gets
+
+
+def test_new_ids_of_a_key_with_few_need_no_read() -> None:
+    log = Log()
+    for i in range(20):
+        assert log.offer(f"m{i}", float(i), Retention())
+    assert log.gets < 5  # (a false positive reads: two bits of 128 per id)
+    gets = log.gets
+    assert not log.offer("m7", 30.0, Retention())  # a redelivery is read and dropped
+    assert log.gets == gets + 1
+    assert id_bits("m7") == id_bits("m7") and id_bits("m7") & log.window.ids == id_bits("m7")

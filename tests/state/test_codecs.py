@@ -5,7 +5,7 @@ import orjson
 from hypothesis import given
 from hypothesis import strategies as st
 
-from processors.deduplicator import UNKNOWN, Seen, SeenWindow
+from processors.deduplicator import ALL_IDS, UNKNOWN, Seen, SeenWindow
 from processors.resequencer import KeyState
 from state import codecs
 from state.memory import MemoryStore
@@ -41,17 +41,36 @@ def test_buffer_keys_sort_by_sequence_within_a_key(key: str, a: int, b: int) -> 
         st.integers(0, 2**62),
         st.integers(0, 2**62),
         st.floats(allow_nan=False) | st.just(UNKNOWN),
+        st.integers(0, ALL_IDS),
     ),
 )
 def test_key_state_round_trips(state: KeyState, window: SeenWindow) -> None:
     assert codecs.decode_key_state(codecs.encode_key_state(state, window)) == (state, window)
-    # states written in the earlier layouts still read, with ``oldest`` unknown
-    unknown = SeenWindow(window.head, window.tail)
+    # states written in the earlier layouts still read, with what they lack unknown
     flags = (
         (1 if state.next_expected is None else 0)
         | (2 if state.gap_since is None else 0)
         | (4 if state.confirmed is None else 0)
     )
+    version_3 = struct.pack(
+        ">BBQQdQQdQH",
+        3,
+        flags,
+        state.next_expected or 0,
+        state.buffered,
+        state.gap_since or 0.0,
+        window.head,
+        window.tail,
+        window.oldest,
+        state.confirmed or 0,
+        len(state.skipped),
+    ) + b"".join(struct.pack(">QQ", a, b) for a, b in state.skipped)
+    assert codecs.decode_key_state(version_3) == (
+        state,
+        SeenWindow(window.head, window.tail, window.oldest, ALL_IDS),
+    )
+    unknown = SeenWindow(window.head, window.tail)
+    assert unknown.oldest == UNKNOWN and unknown.ids == ALL_IDS
     version_2 = struct.pack(
         ">BBQQdQQQH",
         2,
