@@ -52,37 +52,15 @@ def test_key_state_round_trips(state: KeyState, window: SeenWindow) -> None:
         | (2 if state.gap_since is None else 0)
         | (4 if state.confirmed is None else 0)
     )
-    version_3 = struct.pack(
-        ">BBQQdQQdQH",
-        3,
-        flags,
-        state.next_expected or 0,
-        state.buffered,
-        state.gap_since or 0.0,
-        window.head,
-        window.tail,
-        window.oldest,
-        state.confirmed or 0,
-        len(state.skipped),
-    ) + b"".join(struct.pack(">QQ", a, b) for a, b in state.skipped)
-    assert codecs.decode_key_state(version_3) == (
-        state,
-        SeenWindow(window.head, window.tail, window.oldest, ALL_IDS),
-    )
+    head = (state.next_expected or 0, state.buffered, state.gap_since or 0.0)
+    tail = (state.confirmed or 0, len(state.skipped))
+    ranges = b"".join(struct.pack(">QQ", a, b) for a, b in state.skipped)
+    window_3 = (window.head, window.tail, window.oldest)
+    version_3 = struct.pack(">BBQQdQQdQH", 3, flags, *head, *window_3, *tail) + ranges
+    assert codecs.decode_key_state(version_3) == (state, SeenWindow(*window_3, ALL_IDS))
     unknown = SeenWindow(window.head, window.tail)
     assert unknown.oldest == UNKNOWN and unknown.ids == ALL_IDS
-    version_2 = struct.pack(
-        ">BBQQdQQQH",
-        2,
-        flags,
-        state.next_expected or 0,
-        state.buffered,
-        state.gap_since or 0.0,
-        window.head,
-        window.tail,
-        state.confirmed or 0,
-        len(state.skipped),
-    ) + b"".join(struct.pack(">QQ", a, b) for a, b in state.skipped)
+    version_2 = struct.pack(">BBQQdQQQH", 2, flags, *head, window.head, window.tail, *tail) + ranges
     assert codecs.decode_key_state(version_2) == (state, unknown)
     legacy = orjson.dumps(
         [
