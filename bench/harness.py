@@ -388,8 +388,9 @@ class Bench:
         consume, produce, commit): what the broker and its clients alone add
         at ``rate``, two hops as through seqkeeper. With ``write_ahead``,
         each fetch's records first write one changelog record per message
-        and wait for its acknowledgement (``bench.limit``): the floor of a
-        pipeline that puts no output on the broker before its state."""
+        and wait for its acknowledgement, both sent as record batches with
+        seqkeeper's own producer (``bench.limit.write_ahead``): the floor of
+        a pipeline that puts no output on the broker before its state."""
         tag = _tag("wal-latency" if write_ahead else "limit-latency")
         src, dst, log = f"{tag}.in", f"{tag}.out", f"{tag}.changelog"
         self.topics([src, dst, log] if write_ahead else [src, dst])

@@ -2,11 +2,7 @@
 orjson, produce, commit per batch.
 ``python -m bench.limit BOOTSTRAP IN OUT GROUP [FETCH_MAX_WAIT_MS [CHANGELOG]]``
 (aiokafka's 500 ms when no wait is given). With ``CHANGELOG`` it is the
-write-ahead floor of the latency figures: per fetch, one record per input
-message goes to ``CHANGELOG`` (the input's key and partition, its offset as
-the value) and is acknowledged before the outputs are produced — the
-smallest pipeline with seqkeeper's order of writes (state before output),
-without its state."""
+write-ahead pipeline of the latency figures (:func:`write_ahead`)."""
 
 from __future__ import annotations
 
@@ -34,6 +30,9 @@ async def main(
         max_poll_records=5_000,
         fetch_max_wait_ms=wait_ms,
     )
+    if changelog is not None:
+        await write_ahead(bootstrap, consumer, sink, changelog)
+        return
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5, acks=1)
     await consumer.start()
     await producer.start()
@@ -41,23 +40,64 @@ async def main(
         while True:
             batch = await consumer.getmany(timeout_ms=200, max_records=5_000)
             outputs: list[tuple[bytes, bytes | None]] = []
-            ahead = []
-            for tp, records in batch.items():
+            for records in batch.values():
                 for r in records:
                     doc = orjson.loads(r.value)
                     outputs.append((orjson.dumps(doc), r.key))
-                    if changelog is not None:
-                        state = orjson.dumps({"offset": r.offset})
-                        ahead.append(
-                            await producer.send(changelog, state, key=r.key, partition=tp.partition)
-                        )
-            if ahead:
-                await asyncio.gather(*ahead)  # the state first, as seqkeeper's outbox
             futures = [await producer.send(sink, value, key=key) for value, key in outputs]
             if futures:
                 await asyncio.gather(*futures)
                 await consumer.commit()
     finally:
+        await producer.stop()
+        await consumer.stop()
+
+
+async def write_ahead(
+    bootstrap: str, consumer: AIOKafkaConsumer, sink: str, changelog: str
+) -> None:
+    """The write-ahead pipeline: per fetch, one record per input message to
+    ``changelog`` (the input's key and partition, its offset as the value),
+    acknowledged before the outputs are produced, as seqkeeper's outbox
+    cycle does (state before output) but without its state. Both sends go
+    as record batches (:class:`~state.producer.BatchProducer`, seqkeeper's
+    own, no linger), and the offsets are committed without waiting for the
+    commit: a floor of seqkeeper's order of writes and its way of sending,
+    not the limit's per-record sends."""
+    from state.producer import BatchProducer, Record
+    from topologies.shell import PRODUCER_BATCH_BYTES  # (imports Faust: not for the limit)
+
+    producer = AIOKafkaProducer(
+        bootstrap_servers=bootstrap, acks=1, max_batch_size=PRODUCER_BATCH_BYTES
+    )
+    out = BatchProducer(lambda: producer)
+    await consumer.start()
+    await producer.start()
+    commit: asyncio.Task[None] | None = None
+    try:
+        pick = await out.partitioner(sink)
+        while True:
+            batch = await consumer.getmany(timeout_ms=200, max_records=5_000)
+            if not batch:
+                continue
+            state: dict[tuple[str, int], list[Record]] = {}
+            outputs: dict[tuple[str, int], list[Record]] = {}
+            for tp, records in batch.items():
+                state[(changelog, tp.partition)] = [
+                    (r.key, orjson.dumps({"offset": r.offset}), ()) for r in records
+                ]
+                for r in records:
+                    value = orjson.dumps(orjson.loads(r.value))
+                    outputs.setdefault((sink, pick(r.key)), []).append((r.key, value, ()))
+            await out.send(state)  # the state first, as seqkeeper's outbox
+            await out.send(outputs)
+            if commit is None or commit.done():
+                if commit is not None:
+                    commit.result()
+                commit = asyncio.ensure_future(consumer.commit())
+    finally:
+        if commit is not None:
+            await commit
         await producer.stop()
         await consumer.stop()
 
