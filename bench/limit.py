@@ -64,7 +64,7 @@ async def write_ahead(
     own, no linger), and the offsets are committed without waiting for the
     commit: a floor of seqkeeper's order of writes and its way of sending,
     not the limit's per-record sends."""
-    from state.producer import BatchProducer, Record
+    from state.producer import BatchProducer, Out, Record
     from topologies.shell import PRODUCER_BATCH_BYTES  # (imports Faust: not for the limit)
 
     producer = AIOKafkaProducer(
@@ -75,22 +75,20 @@ async def write_ahead(
     await producer.start()
     commit: asyncio.Task[None] | None = None
     try:
-        pick = await out.partitioner(sink)
         while True:
             batch = await consumer.getmany(timeout_ms=200, max_records=5_000)
             if not batch:
                 continue
             state: dict[tuple[str, int], list[Record]] = {}
-            outputs: dict[tuple[str, int], list[Record]] = {}
+            outputs: list[Out] = []
             for tp, records in batch.items():
                 state[(changelog, tp.partition)] = [
                     (r.key, orjson.dumps({"offset": r.offset}), ()) for r in records
                 ]
                 for r in records:
-                    value = orjson.dumps(orjson.loads(r.value))
-                    outputs.setdefault((sink, pick(r.key)), []).append((r.key, value, ()))
+                    outputs.append((sink, r.key, orjson.dumps(orjson.loads(r.value)), None))
             await out.send(state)  # the state first, as seqkeeper's outbox
-            await out.send(outputs)
+            await out.send(await out.group(outputs, str))  # (partitioned as the worker's)
             if commit is None or commit.done():
                 if commit is not None:
                     commit.result()
