@@ -379,7 +379,7 @@ class Bench:
             )
         finally:
             w.stop()
-        figure = _latency_figure(f"latency p99 at {rate:,.0f} msg/s, in order", lat)
+        figure = _latency_figure(f"seqkeeper, latency p99 at {rate:,.0f} msg/s, in order", lat)
         figure.detail["fetch max wait ms"] = s.fetch_wait_ms()
         return figure
 
@@ -916,24 +916,35 @@ def write(result: dict[str, Any], outdir: Path) -> list[Path]:
         import matplotlib.pyplot as plt
     except ImportError:
         return paths
+    m = result["machine"]
+    title = f"{m['cpu'] or 'CPU'}, {m['cpus']} cores, {result['when']}"
     rates = [f for f in result["figures"] if f["unit"] == "msg/s"]
     if rates:
         fig, ax = plt.subplots(figsize=(8, 3 + 0.4 * len(rates)))
         ax.barh([f["name"] for f in rates], [f["value"] for f in rates])
+        limit = next((f["value"] for f in rates if f["name"].startswith("limit")), None)
+        if limit is not None:
+            ax.axvline(
+                0.5 * limit, color="grey", linestyle="--", label="seqkeeper's target: 0.5 × limit"
+            )
+            ax.legend(loc="upper right")
         ax.set_xlabel("messages per second")
-        ax.set_title(f"throughput — {result['machine']['cpus']} CPUs, {result['when']}")
+        fig.suptitle(f"throughput: {title}", fontsize="medium")
         fig.tight_layout()
         fig.savefig(outdir / "throughput.png")
         plt.close(fig)
         paths.append(outdir / "throughput.png")
     lat = [f for f in result["figures"] if "cdf" in f.get("detail", {})]
     if lat:
-        fig, ax = plt.subplots(figsize=(6, 4))
+        fig, ax = plt.subplots(figsize=(7, 4.5))
         for f in lat:
             ax.plot(f["detail"]["cdf"], [i / 100 for i in range(101)], label=f["name"])
-        ax.set_xlabel("end-to-end latency, ms")
+        ax.axvline(100, color="grey", linestyle="--", label="target: p99 < 100 ms")
+        ax.axhline(0.99, color="grey", linestyle=":", linewidth=0.8)
+        ax.set_xlabel("end-to-end latency, ms (produce time to output)")
         ax.set_ylabel("fraction of messages")
-        ax.legend()
+        fig.suptitle(f"latency: {title}", fontsize="medium")
+        ax.legend(fontsize="small", loc="lower right")
         fig.tight_layout()
         fig.savefig(outdir / "latency_cdf.png")
         plt.close(fig)

@@ -102,7 +102,7 @@ def test_smoke_run_writes_every_figure(broker, spark, tmp_path) -> None:
         "limit",
         "peer",
         "seqkeeper:",
-        "latency p99",
+        "seqkeeper, latency p99",
         "plain aiokafka, latency p99",
         "limit + write-ahead, latency p99",
         "buffered on one key",
@@ -126,7 +126,7 @@ def test_smoke_run_writes_every_figure(broker, spark, tmp_path) -> None:
     assert to_peer["detail"]["seqkeeper"] == ours["detail"]["rounds"][0]
     assert to_peer["value"] == pytest.approx(ours["detail"]["rounds"][0] / peer["value"])
     # every latency pipeline: the same input producer, the worker's fetch wait
-    lat = next(f for f in result["figures"] if f["name"].startswith("latency p99"))
+    lat = next(f for f in result["figures"] if f["name"].startswith("seqkeeper, latency p99"))
     floor = next(f for f in result["figures"] if "plain aiokafka, latency" in f["name"])
     ahead = next(f for f in result["figures"] if "write-ahead, latency" in f["name"])
     wait = Settings(broker="-").fetch_wait_ms()
