@@ -917,7 +917,7 @@ def write(result: dict[str, Any], outdir: Path) -> list[Path]:
     except ImportError:
         return paths
     m = result["machine"]
-    title = f"{m['cpu'] or 'CPU'}, {m['cpus']} cores, {result['when']}"
+    title = f"{m['cpu'] or 'CPU'}, {m['cpus']} CPUs, {result['when']}"
     rates = [f for f in result["figures"] if f["unit"] == "msg/s"]
     if rates:
         fig, ax = plt.subplots(figsize=(8, 3 + 0.4 * len(rates)))
