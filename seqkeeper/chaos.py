@@ -6,7 +6,7 @@ Scenarios (each on its own topics and app id, so they share one broker):
 * ``kill``        — ``kill -9`` the ordered worker at random moments while a
   shuffled, duplicated workload flows in; restart it each time.
 * ``freeze``      — freeze the broker (SIGSTOP) mid-run, then resume it
-  (needs the embedded broker: the process must be ours to stop).
+  (needs a broker started here, embedded or from KAFKA_HOME: the process must be ours to stop).
 * ``failover``    — two workers; ``kill -9`` one; the survivor takes its
   partitions with their state; start it again.
 * ``corpus``      — bad and borderline input (:mod:`seqkeeper.corpus`) to the
@@ -40,7 +40,7 @@ from rich.console import Console
 from rich.table import Table
 
 from processors.dead_letter import REASON
-from seqkeeper.broker import EmbeddedBroker
+from seqkeeper.broker import LocalBroker
 from seqkeeper.corpus import DROPPED, EMITTED, Case, command_cases, ordered_cases
 from seqkeeper.demo import publish, verify_topics
 from seqkeeper.settings import Settings
@@ -138,7 +138,7 @@ class Chaos:
         base: Settings,
         workdir: Path,
         scale: Scale,
-        embedded: EmbeddedBroker | None = None,
+        local: LocalBroker | None = None,
         seed: int = 1,
         console: Console | None = None,
     ) -> None:
@@ -148,7 +148,7 @@ class Chaos:
         self.base = base.with_overrides(gap_timeout=max(base.gap_timeout, 600.0))
         self.workdir = workdir
         self.scale = scale
-        self.embedded = embedded
+        self.local = local
         self.rng = random.Random(seed)
         self.seed = seed
         self.console = console or Console(quiet=True)
@@ -327,8 +327,8 @@ class Chaos:
 
     def scenario_freeze(self) -> Outcome:
         out = Outcome("broker frozen (SIGSTOP)")
-        if self.embedded is None:
-            out.skipped = "needs the embedded broker (its process must be ours to stop)"
+        if self.local is None:
+            out.skipped = "needs a broker started here (its process must be ours to stop)"
             return out
         sc = self.scale
         s = self.prepared("freeze")
@@ -340,12 +340,12 @@ class Chaos:
         try:
             self.until_output(s, s.ordered_topic, {}, worker=w)
             time.sleep(2.0)
-            self.embedded.pause()
+            self.local.pause()
             self.say(f"  broker frozen for {sc.freeze:.0f}s")
             try:
                 time.sleep(sc.freeze)
             finally:
-                self.embedded.resume()
+                self.local.resume()
             out.faults = 1
             since = self.ends(s, s.ordered_topic)
             out.recovered(self.until_output(s, s.ordered_topic, since, worker=w, timeout=120))

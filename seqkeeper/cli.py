@@ -38,14 +38,40 @@ DlqTopicOpt = Annotated[Optional[str], typer.Option(help="[env SEQKEEPER_DLQ_TOP
 @app.command()
 def broker(
     port: Annotated[int, typer.Option(help="Port on 127.0.0.1; 0 picks a free one.")] = 0,
+    kafka_home: Annotated[
+        Optional[Path],
+        typer.Option(
+            help="Run Apache Kafka from this distribution directory instead of the "
+            "embedded broker [env KAFKA_HOME]."
+        ),
+    ] = None,
 ) -> None:
-    """Run the embedded broker (Tansu, memory only) in the foreground."""
+    """Run a broker in the foreground: the embedded one (Tansu, memory only),
+    or a fresh single-node Apache Kafka from KAFKA_HOME."""
+    from seqkeeper.broker import BrokerError, KafkaBroker, LocalBroker, kafka_home_from_env
+
+    home = kafka_home or kafka_home_from_env()
+    local: LocalBroker = (
+        KafkaBroker(home, port=port or None) if home else EmbeddedBroker(port=port or None)
+    )
     try:
-        with EmbeddedBroker(port=port or None) as b:
-            typer.echo(f"embedded broker ready: KAFKA_BOOTSTRAP_SERVERS={b.bootstrap}")
-            typer.echo("Ctrl-C stops it (its data is in memory and is lost).")
+        if home:
+            typer.echo(f"starting Apache Kafka from {home} ...")
+        with local as b:
+            typer.echo(f"{b.kind} ready: KAFKA_BOOTSTRAP_SERVERS={b.bootstrap}")
+            typer.echo(
+                "Ctrl-C stops it (its data is "
+                + (
+                    "in a temporary directory and is deleted)."
+                    if home
+                    else "in memory and is lost)."
+                )
+            )
             while True:
                 time.sleep(0.5)
+    except BrokerError as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(1) from None
     except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (see _graceful_sigterm): the with-block
         pass  # has stopped the broker
 
@@ -306,20 +332,16 @@ def chaos(
     console = Console()
     scale = SHORT if short else LONG
     settings = Settings().with_overrides(broker=broker)
-    embedded_before = bool(settings.broker)
+    external = bool(settings.broker)
     with (
         broker_for(settings) as settings,
         tempfile.TemporaryDirectory(prefix="seqkeeper-chaos-") as tmp,
     ):
-        from seqkeeper.worker import current_embedded
+        from seqkeeper.worker import current_local
 
+        local = None if external else current_local()
         runner = Chaos(
-            settings,
-            workdir or Path(tmp),
-            scale,
-            embedded=None if embedded_before else current_embedded(),
-            seed=seed,
-            console=console,
+            settings, workdir or Path(tmp), scale, local=local, seed=seed, console=console
         )
         outcomes = runner.run(
             names, lambda o: console.print(f"{o.scenario}: {'PASS' if o.ok else 'FAIL'}")
@@ -329,7 +351,7 @@ def chaos(
         for note in o.notes:
             console.print(f"  {o.scenario}: {note}")
     if report is not None:
-        kind = "an external cluster" if embedded_before else "the embedded broker (Tansu 0.6)"
+        kind = "an external cluster" if local is None else local.kind
         command = "seqkeeper chaos" + (" --short" if short else "")
         report.parent.mkdir(parents=True, exist_ok=True)
         report.write_text(markdown(outcomes, kind, scale, command))
@@ -378,16 +400,21 @@ def bench(
     settings = Settings().with_overrides(broker=broker)
     if workdir:
         workdir.mkdir(parents=True, exist_ok=True)
+    external = bool(settings.broker)
     with (
         broker_for(settings) as settings,
         tempfile.TemporaryDirectory(prefix="seqkeeper-bench-") as tmp,
     ):
+        from seqkeeper.worker import current_local
+
+        local = None if external else current_local()
         runner = Bench(settings.broker, sizes, workdir or Path(tmp), lambda s: console.log(s))
         result = run(runner, set(only) if only else None)
+        result["broker"] = f"{settings.broker} ({'external' if local is None else local.kind})"
     paths = write(result, out)
     m = result["machine"]
     table = Table(
-        title="seqkeeper bench",
+        title=f"seqkeeper bench on {result['broker']}",
         caption=f"{m['cpu']}, {m['cpus']} CPUs, {m['memory_mb']:,} MB, Python {m['python']}",
     )
     for col in ("figure", "value", "target", "met"):
@@ -397,6 +424,9 @@ def bench(
         table.add_row(f["name"], f"{f['value']:,.2f} {f['unit']}", f["target"], met)
     console.print(table)
     console.print("written: " + ", ".join(str(p) for p in paths))
+    if result["failed"]:
+        console.print(f"[red]failed sections: {', '.join(result['failed'])}[/]")
+        raise typer.Exit(1)
 
 
 @app.command()

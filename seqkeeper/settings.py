@@ -24,6 +24,11 @@ class Settings:
     #: Kafka bootstrap servers, ``host:port[,host:port]``. Empty: start the
     #: embedded broker. Env ``KAFKA_BOOTSTRAP_SERVERS``.
     broker: str = field(default_factory=lambda: _env("KAFKA_BOOTSTRAP_SERVERS", ""))
+    #: An Apache Kafka distribution directory (3.7+ or 4.x). When no broker
+    #: is given, commands that start one (``worker``, ``demo``, ``chaos``,
+    #: ``bench``, ``broker``) start a fresh single-node Kafka from it instead
+    #: of the embedded broker. Env ``KAFKA_HOME``.
+    kafka_home: str = field(default_factory=lambda: _env("KAFKA_HOME", ""))
     #: Faust application id: consumer group and changelog topic prefix.
     #: Env ``SEQKEEPER_APP_ID``.
     app_id: str = field(default_factory=lambda: _env("SEQKEEPER_APP_ID", "seqkeeper"))
@@ -295,6 +300,7 @@ class Settings:
         """These settings as the environment variables that set them."""
         names = {
             "broker": "KAFKA_BOOTSTRAP_SERVERS",
+            "kafka_home": "KAFKA_HOME",
             "max_buffered_total": "SEQKEEPER_MAX_BUFFERED",
             "dlq_topic": "SEQKEEPER_DLQ_TOPIC",
             "replication": "SEQKEEPER_REPLICATION",

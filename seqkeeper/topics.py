@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
@@ -31,19 +33,69 @@ class Record:
 
 
 async def create_topics(
-    bootstrap: str, names: Iterable[str], partitions: int, replication: int = 1
+    bootstrap: str,
+    names: Iterable[str],
+    partitions: int,
+    replication: int = 1,
+    timeout: float = 60.0,
 ) -> None:
-    """Create the topics that do not exist yet."""
+    """Create the topics that do not exist yet, and return once the cluster's
+    metadata shows every partition of every one of ``names`` with a leader.
+
+    Apache Kafka propagates a new topic from its controller to the brokers'
+    metadata caches asynchronously: a client that produces, fetches or asks
+    for the topic's partitions before then gets ``UnknownTopicOrPartition``,
+    ``NotLeaderForPartition`` or no partitions at all.
+    """
+    wanted = list(dict.fromkeys(names))
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
     await admin.start()
     try:
         existing = set(await admin.list_topics())
-        new = [NewTopic(n, partitions, replication) for n in names if n not in existing]
+        new = [NewTopic(n, partitions, replication) for n in wanted if n not in existing]
         if new:
             with contextlib.suppress(TopicAlreadyExistsError):  # a racing creator
                 await admin.create_topics(new)
+        await wait_for_leaders(admin, wanted, timeout)
     finally:
         await admin.close()
+
+
+class TopicsNotReady(RuntimeError):
+    """Topics did not show a leader for every partition in time."""
+
+
+async def wait_for_leaders(admin: AIOKafkaAdminClient, topics: list[str], timeout: float) -> None:
+    """Poll the metadata of ``topics`` until every partition has a leader."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    delay = 0.02
+    while True:
+        pending = not_ready(await admin.describe_topics(topics))
+        if not pending:
+            return
+        if loop.time() >= deadline:
+            raise TopicsNotReady(
+                f"topics without a leader for every partition after {timeout:.0f}s: "
+                + ", ".join(sorted(pending))
+            )
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, 0.5)
+
+
+def not_ready(described: list[dict[str, Any]]) -> set[str]:
+    """The topics of a metadata answer that are missing, in error, have no
+    partitions, or have a partition without a leader."""
+    pending = set()
+    for topic in described:
+        parts = topic.get("partitions") or []
+        if (
+            topic.get("error_code", 0) != 0
+            or not parts
+            or any(p.get("error_code", 0) != 0 or p.get("leader", -1) < 0 for p in parts)
+        ):
+            pending.add(topic["topic"])
+    return pending
 
 
 class UnknownTopic(LookupError):

@@ -16,32 +16,53 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from seqkeeper.broker import EmbeddedBroker, die_with_parent, free_port
+from seqkeeper.broker import (
+    EmbeddedBroker,
+    KafkaBroker,
+    LocalBroker,
+    die_with_parent,
+    free_port,
+)
 from seqkeeper.settings import Settings
 from seqkeeper.topics import create_topics
 from state.integrity import discard_corrupt
 
-_embedded: list[EmbeddedBroker] = []
+_local: list[LocalBroker] = []
 
 
-def current_embedded() -> EmbeddedBroker | None:
-    """The embedded broker :func:`broker_for` started and still runs, if any."""
-    return _embedded[-1] if _embedded else None
+def current_local() -> LocalBroker | None:
+    """The broker :func:`broker_for` started and still runs, if any."""
+    return _local[-1] if _local else None
+
+
+def local_broker(settings: Settings) -> LocalBroker:
+    """The broker to start when none is configured: Apache Kafka from
+    ``settings.kafka_home`` when set, else the embedded one."""
+    if settings.kafka_home:
+        return KafkaBroker(Path(settings.kafka_home))
+    return EmbeddedBroker()
 
 
 @contextlib.contextmanager
 def broker_for(settings: Settings) -> Iterator[Settings]:
-    """``settings`` with a broker: the configured one, or a fresh embedded one."""
+    """``settings`` with a broker: the configured one, or a fresh local one
+    (Apache Kafka from ``KAFKA_HOME``, else the embedded broker)."""
     if settings.broker:
         yield settings
         return
-    with EmbeddedBroker() as broker:
-        print(f"embedded broker (Tansu, memory only) at {broker.bootstrap}", flush=True)
-        _embedded.append(broker)
+    local = local_broker(settings)
+    if isinstance(local, KafkaBroker):
+        print(f"starting Apache Kafka from {local.home} ...", flush=True)
+    with local as broker:
+        if isinstance(broker, KafkaBroker):
+            print(f"Apache Kafka (KAFKA_HOME={broker.home}) at {broker.bootstrap}", flush=True)
+        else:
+            print(f"embedded broker (Tansu, memory only) at {broker.bootstrap}", flush=True)
+        _local.append(broker)
         try:
             yield settings.with_overrides(broker=broker.bootstrap)
         finally:
-            _embedded.remove(broker)
+            _local.remove(broker)
 
 
 def faust_worker(app: Any, settings: Settings) -> Any:

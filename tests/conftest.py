@@ -1,10 +1,12 @@
-"""Shared fixtures. The broker is real: ``KAFKA_BOOTSTRAP_SERVERS`` if set,
-else a testcontainers Kafka if a Docker engine answers, else the embedded
-broker (Tansu). Never a mock."""
+"""Shared fixtures. The broker is real, never a mock; in order of choice:
+``KAFKA_BOOTSTRAP_SERVERS`` if set, else a fresh Apache Kafka started from
+the distribution in ``KAFKA_HOME``, else a testcontainers Kafka if a Docker
+engine answers within a second, else the embedded broker (Tansu)."""
 
 from __future__ import annotations
 
 import os
+import tempfile
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -13,15 +15,16 @@ from typing import Any
 
 import pytest
 
-from seqkeeper.broker import EmbeddedBroker
+from seqkeeper.broker import EmbeddedBroker, KafkaBroker, LocalBroker, kafka_home_from_env
 from seqkeeper.settings import Settings
 
 
 @dataclass(frozen=True)
 class Broker:
     bootstrap: str
-    kind: str  # "external", "testcontainers" or "embedded"
-    embedded: EmbeddedBroker | None = None
+    kind: str  # "external", "kafka" (KAFKA_HOME), "testcontainers" or "embedded"
+    #: The broker process when this test run started it (it can be frozen).
+    local: LocalBroker | None = None
 
     @property
     def is_tansu(self) -> bool:
@@ -32,7 +35,7 @@ def _docker_answers() -> bool:
     try:
         import docker  # type: ignore[import-untyped]
 
-        docker.from_env(timeout=3).ping()
+        docker.from_env(timeout=1).ping()
         return True
     except Exception:
         return False
@@ -43,6 +46,13 @@ def broker() -> Iterator[Broker]:
     external = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
     if external:
         yield Broker(external, "external")
+        return
+    home = kafka_home_from_env()
+    if home:
+        with KafkaBroker(
+            home, log_path=Path(tempfile.gettempdir()) / "seqkeeper-test-kafka.log"
+        ) as kafka:
+            yield Broker(kafka.bootstrap, "kafka", kafka)
         return
     if _docker_answers():
         from testcontainers.kafka import KafkaContainer
@@ -106,3 +116,12 @@ def spark() -> Iterator[Any]:
     )
     yield session
     session.stop()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test that talks to the test broker is an integration test, so
+    ``-m integration`` selects exactly the broker-dependent ones (the CI's
+    Apache Kafka pass)."""
+    for item in items:
+        if "broker" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.integration)

@@ -88,7 +88,7 @@ def test_outcome_counts_loss_and_order_apart() -> None:
 @pytest.mark.integration
 def test_every_scenario_passes_short(broker, tmp_path, make_settings) -> None:
     runner = Chaos(
-        make_settings(session_timeout=6.0), tmp_path, SHORT, embedded=broker.embedded, seed=3
+        make_settings(session_timeout=6.0), tmp_path, SHORT, local=broker.local, seed=3
     )
     outcomes = {o.scenario: o for o in runner.run(list(SCENARIOS))}
     for o in outcomes.values():
@@ -98,7 +98,7 @@ def test_every_scenario_passes_short(broker, tmp_path, make_settings) -> None:
     corpus = outcomes["bad-input corpus"]
     assert corpus.faults >= 50 and corpus.dead_lettered >= 40
     freeze = outcomes["broker frozen (SIGSTOP)"]
-    if broker.embedded is None:
+    if broker.local is None:
         assert freeze.skipped
     else:
         assert freeze.faults == 1 and freeze.recovery
