@@ -12,7 +12,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import TopicAlreadyExistsError
 
-from state.offsets import high_watermarks
+from state.offsets import high_watermarks, partitions_of
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,8 +104,7 @@ class UnknownTopic(LookupError):
 
 async def topic_partitions(consumer: AIOKafkaConsumer, topic: str) -> list[TopicPartition]:
     """The partitions of ``topic``; raise :class:`UnknownTopic` if it is missing."""
-    await consumer.topics()  # refreshes the cluster metadata
-    numbers = consumer.partitions_for_topic(topic)
+    numbers = await partitions_of(consumer, topic)
     if not numbers:
         raise UnknownTopic(f"topic {topic!r} does not exist; create it or check its name")
     return [TopicPartition(topic, p) for p in sorted(numbers)]

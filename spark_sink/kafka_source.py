@@ -108,17 +108,14 @@ async def plan(
     """The slices to read: exact ends, offsets resolved, large ones split."""
     from aiokafka import AIOKafkaConsumer, TopicPartition
 
-    from state.offsets import high_watermarks
+    from state.offsets import high_watermarks, partitions_of
 
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
     await consumer.start()
     try:
         tps: list[TopicPartition] = []
         for topic, parts in topics.items():
-            known = consumer.partitions_for_topic(topic)
-            if known is None:
-                await consumer._client.force_metadata_update()
-                known = consumer.partitions_for_topic(topic)
+            known = await partitions_of(consumer, topic)
             if not known:
                 raise ValueError(f"topic {topic!r} does not exist")
             tps += [TopicPartition(topic, p) for p in sorted(parts or known)]

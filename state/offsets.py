@@ -104,6 +104,19 @@ async def end_offsets(
         await consumer.stop()
 
 
+async def partitions_of(consumer: AIOKafkaConsumer, topic: str) -> set[int]:
+    """The partition numbers of ``topic`` from a fresh metadata answer (empty
+    if the topic does not exist). ``consumer`` must be started.
+
+    Not ``consumer.partitions_for_topic``: the consumer's cache knows only
+    the topics of its bootstrap request (which Apache Kafka answers with none,
+    the embedded broker with all) and those it subscribed to or was
+    assigned, and ``consumer.topics()`` asks for every topic but keeps the
+    answer to itself (aiokafka 0.14)."""
+    cluster = await consumer._client.fetch_all_metadata()
+    return set(cluster.partitions_for_topic(topic) or ())
+
+
 def as_topic_partitions(topic: str, partitions: int | Iterable[int]) -> list[TopicPartition]:
     """``TopicPartition`` objects for a topic's partitions (a count or numbers)."""
     numbers = range(partitions) if isinstance(partitions, int) else partitions
