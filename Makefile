@@ -29,7 +29,11 @@ demo: $(STAMP) java
 demo-commands: $(STAMP) java
 	$(BIN)/seqkeeper demo --topology commands
 
-# Faults injected into real workers, verified; writes docs/reliability.md.
+# Faults injected into real workers, verified; writes docs/reliability.md
+# (and its runs, docs/reliability.json) with a column per broker: a run
+# replaces its broker's column and keeps the others. Without KAFKA_HOME it
+# runs on the embedded broker; run it again with KAFKA_HOME set (make chaos
+# KAFKA_HOME=/path/to/kafka_2.13-4.1.0) to add the Apache Kafka column.
 chaos: $(STAMP)
 	$(BIN)/seqkeeper chaos --report docs/reliability.md
 

@@ -24,6 +24,7 @@ peer) until output flows again: the first new output record, or, for
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import platform
 import random
@@ -32,9 +33,10 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
@@ -84,6 +86,16 @@ SHORT = Scale(
     messages=3_000, keys=60, kills=3, freeze=5.0, commands=200, command_kills=2, others=3_000
 )
 SCENARIOS = ("kill", "freeze", "failover", "corpus", "local-state", "commands")
+#: each scenario's row title (the scenario methods' ``Outcome`` titles; a
+#: test holds them equal)
+TITLES = {
+    "kill": "kill -9 the worker",
+    "freeze": "broker frozen (SIGSTOP)",
+    "failover": "two workers, one killed",
+    "corpus": "bad-input corpus",
+    "local-state": "local state deleted, then corrupted",
+    "commands": "kill -9 the command worker",
+}
 
 
 @dataclass
@@ -102,6 +114,8 @@ class Outcome:
     seconds: float = 0.0
     notes: list[str] = field(default_factory=list)
     skipped: str | None = None
+    #: the scenario's name in :data:`SCENARIOS` (set by :meth:`Chaos.run`)
+    key: str = ""
 
     def fail(self, note: str) -> None:
         """Count a failure that is not a loss or an order violation."""
@@ -288,7 +302,12 @@ class Chaos:
             try:
                 out = getattr(self, "scenario_" + name.replace("-", "_"))()
             except Exception as exc:  # a scenario that cannot finish is a failure, shown
-                out = Outcome(name, other_failures=1, notes=[f"{type(exc).__name__}: {exc}"])
+                out = Outcome(
+                    TITLES.get(name, name),
+                    other_failures=1,
+                    notes=[f"raised {type(exc).__name__}: {exc}"],
+                )
+            out.key = name
             out.seconds = time.monotonic() - started
             outcomes.append(out)
             on_done(out)
@@ -707,28 +726,222 @@ def table(outcomes: list[Outcome]) -> Table:
     return t
 
 
-def markdown(outcomes: list[Outcome], broker: str, scale: Scale, command: str) -> str:
-    """The report as Markdown (``docs/reliability.md``): generated, not written."""
+# -- runs per broker, kept as JSON beside the report --------------------------
+
+
+@dataclass
+class BrokerRun:
+    """One broker's chaos run: an entry of the report's JSON (``docs/reliability.json``)."""
+
+    #: stable label, the report's column: see :func:`broker_label`
+    broker: str
+    #: when the run ended, ISO 8601 in UTC
+    generated: str
+    #: :func:`machine`
+    machine: str
+    scale: Scale
+    command: str
+    outcomes: list[Outcome]
+    #: the broker in words, e.g. "the embedded broker (Tansu 0.6)"
+    kind: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        doc = asdict(self)
+        doc["outcomes"] = [{**asdict(o), "ok": o.ok} for o in self.outcomes]
+        return doc
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> BrokerRun:
+        names = {f.name for f in fields(Outcome)}
+        outcomes = [Outcome(**{k: v for k, v in o.items() if k in names}) for o in doc["outcomes"]]
+        return cls(
+            broker=doc["broker"],
+            generated=doc["generated"],
+            machine=doc["machine"],
+            scale=Scale(**doc["scale"]),
+            command=doc["command"],
+            outcomes=outcomes,
+            kind=doc.get("kind", ""),
+        )
+
+
+def broker_label(kind: str | None, bootstrap: str) -> str:
+    """The report's column for a broker: "embedded", "Apache Kafka <version>"
+    (from a started broker's ``kind``), or "external cluster <bootstrap>"
+    (``kind`` None: not started here)."""
+    if kind is None:
+        return f"external cluster {bootstrap}"
+    if kind.startswith("Apache Kafka"):
+        return kind
+    return "embedded"
+
+
+def machine() -> str:
+    """The machine line of the report."""
+    return f"{platform.platform()}, {os.cpu_count()} CPUs, Python {platform.python_version()}"
+
+
+def now_utc() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def load_runs(path: Path) -> dict[str, BrokerRun]:
+    """The runs kept in ``path`` by broker label (none when it does not exist).
+    Raises ``ValueError`` when it cannot be read as such."""
+    if not path.exists():
+        return {}
+    try:
+        doc = json.loads(path.read_text())
+        return {label: BrokerRun.from_json(entry) for label, entry in doc.items()}
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        raise ValueError(
+            f"{path}: not a chaos report's runs ({type(exc).__name__}: {exc})"
+        ) from exc
+
+
+def merge_runs(runs: dict[str, BrokerRun], run: BrokerRun) -> dict[str, BrokerRun]:
+    """``runs`` with ``run`` in its broker's place; the other brokers' runs kept."""
+    return {**runs, run.broker: run}
+
+
+def write_report(
+    report: Path, run: BrokerRun, say: Callable[[str], None] = lambda text: None
+) -> Path:
+    """Put ``run`` in the JSON beside ``report`` (``report`` with suffix
+    ``.json``; its other brokers' runs kept) and regenerate ``report`` from
+    every run in it. Returns the JSON's path. An unreadable JSON is moved
+    aside to ``*.json.bad`` (and ``say`` tells), not lost."""
+    data = report.with_suffix(".json")
+    try:
+        runs = load_runs(data)
+    except ValueError as exc:
+        bad = data.with_name(data.name + ".bad")
+        data.replace(bad)
+        say(f"{exc}; moved to {bad}, the report starts again from this run")
+        runs = {}
+    runs = merge_runs(runs, run)
+    report.parent.mkdir(parents=True, exist_ok=True)
+    data.write_text(
+        json.dumps({label: r.to_json() for label, r in runs.items()}, indent=2, ensure_ascii=False)
+        + "\n"
+    )
+    report.write_text(markdown(list(runs.values()), data.name))
+    return data
+
+
+# -- the Markdown ---------------------------------------------------------------
+
+
+def _md(text: str) -> str:
+    """``text`` safe in a Markdown table cell or list item."""
+    return " ".join(text.split()).replace("|", "\\|")
+
+
+def _key(out: Outcome) -> str:
+    """The scenario's row: its name in :data:`SCENARIOS` (its title if it has none)."""
+    return out.key or out.scenario
+
+
+def _column_order(run: BrokerRun) -> tuple[int, str]:
+    label = run.broker
+    return (0 if label == "embedded" else 1 if label.startswith("Apache Kafka") else 2, label)
+
+
+def _scale_text(scale: Scale) -> str:
+    return (
+        f"{scale.messages:,} messages over {scale.keys:,} keys (5% duplicated, shuffled),"
+        f" {scale.kills} kills; {scale.others:,} messages in the other scenarios; broker frozen"
+        f" {scale.freeze:.0f}s; {scale.commands:,} commands"
+        f" (1–5 copies each), {scale.command_kills} kills"
+    )
+
+
+def _when(generated: str) -> str:
+    try:
+        return f"{datetime.fromisoformat(generated).astimezone(UTC):%Y-%m-%d %H:%M} UTC"
+    except ValueError:
+        return generated
+
+
+def _per_broker(title: str, runs: list[BrokerRun], text: Callable[[BrokerRun], str]) -> list[str]:
+    """One list item, or one per broker when the brokers' runs differ."""
+    values = [text(r) for r in runs]
+    if len(set(values)) == 1:
+        return [f"- {title}: {values[0]}"]
+    return [f"- {title}, per broker:"] + [
+        f"  - {r.broker}: {v}" for r, v in zip(runs, values, strict=True)
+    ]
+
+
+def summary_cell(out: Outcome | None) -> str:
+    """One scenario on one broker, compact: ``PASS: 0 lost, 0 order,
+    51,192 re-emitted, 74.2 s (median 59.6)``."""
+    if out is None:
+        return "not run"
+    if out.skipped:
+        return f"skipped: {_md(out.skipped)}"
+    parts = [f"{out.lost:,} lost", f"{out.order_violations:,} order"]
+    if out.other_failures:
+        parts.append(f"{out.other_failures:,} other")
+    parts.append(f"{out.reemitted:,} re-emitted")
+    if out.recovery:
+        parts.append(_recovery(out).replace(" (", " s (", 1))
+    return f"{'PASS' if out.ok else 'FAIL'}: " + ", ".join(parts)
+
+
+def markdown(runs: list[BrokerRun], data: str = "reliability.json") -> str:
+    """The report as Markdown (``docs/reliability.md``) from every broker's
+    run: generated, not written. ``data``: the JSON the runs are kept in."""
+    runs = sorted(runs, key=_column_order)
+    present = {_key(o) for r in runs for o in r.outcomes}
+    keys = [k for k in SCENARIOS if k in present] + sorted(present - set(SCENARIOS))
+    by_key = [{_key(o): o for o in r.outcomes} for r in runs]
+    titles = dict(TITLES)
+    for r in runs:
+        for o in r.outcomes:
+            titles.setdefault(_key(o), o.scenario)
     lines = [
         "# Reliability report",
         "",
-        f"Generated by `{command}` on {datetime.now(UTC):%Y-%m-%d %H:%M} UTC. Do not edit:",
-        "run it again.",
+        "Generated by `seqkeeper chaos --report`, one run per broker: each run",
+        "replaces its own broker's column and keeps the others (the outcomes of",
+        f"every run are in `{data}` beside this file). Do not edit: run it",
+        "again, with `KAFKA_HOME` set for the Apache Kafka column.",
         "",
-        f"- Machine: {platform.platform()}, {os.cpu_count()} CPUs, Python {platform.python_version()}",
-        f"- Broker: {broker}",
-        f"- Scale: {scale.messages:,} messages over {scale.keys:,} keys (5% duplicated, shuffled),"
-        f" {scale.kills} kills; {scale.others:,} messages in the other scenarios; broker frozen"
-        f" {scale.freeze:.0f}s; {scale.commands:,} commands"
-        f" (1–5 copies each), {scale.command_kills} kills",
+        "- Runs:",
+    ]
+    for r in runs:
+        kind = f" ({_md(r.kind)})" if r.kind and r.kind != r.broker else ""
+        lines.append(f"  - {_md(r.broker)}{kind}: `{r.command}` on {_when(r.generated)}")
+    lines += _per_broker("Machine", runs, lambda r: _md(r.machine))
+    lines += _per_broker("Scale", runs, lambda r: _scale_text(r.scale))
+    lines += [
         "- Gap timeout 600 s: input is published over minutes while workers die, and no",
         "  message is lost on its way in, so every one must come out (none given up).",
         "",
-        "| " + " | ".join(ROW) + " |",
-        "|" + "|".join("---" for _ in ROW) + "|",
+        "## Summary",
+        "",
+        "Each cell: result: lost, order violations, other failures (when any),",
+        "re-emitted (identical), recovery s worst (median).",
+        "",
+        "| scenario | " + " | ".join(_md(r.broker) for r in runs) + " |",
+        "|" + "|".join("---" for _ in range(len(runs) + 1)) + "|",
     ]
-    for out in outcomes:
-        lines.append("| " + " | ".join(_cells(out)) + " |")
+    for k in keys:
+        cells = [summary_cell(outs.get(k)) for outs in by_key]
+        lines.append(f"| {_md(titles[k])} | " + " | ".join(cells) + " |")
+    for r in runs:
+        lines += [
+            "",
+            f"## {_md(r.broker)}",
+            "",
+            f"`{r.command}` on {_when(r.generated)}.",
+            "",
+            "| " + " | ".join(ROW) + " |",
+            "|" + "|".join("---" for _ in ROW) + "|",
+        ]
+        for out in sorted(r.outcomes, key=lambda o: keys.index(_key(o))):
+            lines.append("| " + " | ".join(_md(c) for c in _cells(out)) + " |")
     lines += [
         "",
         "Lost: valid input never emitted (or, for commands, never answered or",
@@ -742,11 +955,13 @@ def markdown(outcomes: list[Outcome], broker: str, scale: Scale, command: str) -
         "output on every partition).",
         "",
     ]
-    notes = [(o.scenario, n) for o in outcomes for n in o.notes]
-    skipped = [(o.scenario, o.skipped) for o in outcomes if o.skipped]
-    if notes or skipped:
+    noted = [r for r in runs if any(o.notes or o.skipped for o in r.outcomes)]
+    if noted:
         lines += ["## Notes", ""]
-        lines += [f"- {s}: skipped — {why}" for s, why in skipped]
-        lines += [f"- {s}: {n}" for s, n in notes]
+    for r in noted:
+        outs = sorted(r.outcomes, key=lambda o: keys.index(_key(o)))
+        lines += [f"### {_md(r.broker)}", ""]
+        lines += [f"- {_md(o.scenario)}: skipped — {_md(o.skipped)}" for o in outs if o.skipped]
+        lines += [f"- {_md(o.scenario)}: {_md(n)}" for o in outs for n in o.notes]
         lines.append("")
     return "\n".join(lines)

@@ -307,7 +307,12 @@ def chaos(
         bool, typer.Option(help="The seconds-long version (as the tests run).")
     ] = False,
     report: Annotated[
-        Optional[Path], typer.Option(help="Write the report as Markdown here.")
+        Optional[Path],
+        typer.Option(
+            help="Write the report as Markdown here, a column per broker: this run's "
+            "outcomes replace its broker's in the JSON beside it (same name, .json), "
+            "the other brokers' are kept."
+        ),
     ] = None,
     seed: Annotated[int, typer.Option(help="Random seed of workloads and fault times.")] = 1,
     workdir: Annotated[
@@ -321,7 +326,18 @@ def chaos(
 
     from rich.console import Console
 
-    from seqkeeper.chaos import LONG, SCENARIOS, SHORT, Chaos, markdown, table
+    from seqkeeper.chaos import (
+        LONG,
+        SCENARIOS,
+        SHORT,
+        BrokerRun,
+        Chaos,
+        broker_label,
+        machine,
+        now_utc,
+        table,
+        write_report,
+    )
     from seqkeeper.worker import broker_for
 
     names = scenario or list(SCENARIOS)
@@ -351,11 +367,24 @@ def chaos(
         for note in o.notes:
             console.print(f"  {o.scenario}: {note}")
     if report is not None:
-        kind = "an external cluster" if local is None else local.kind
-        command = "seqkeeper chaos" + (" --short" if short else "")
-        report.parent.mkdir(parents=True, exist_ok=True)
-        report.write_text(markdown(outcomes, kind, scale, command))
-        console.print(f"report written to {report}")
+        kind = None if local is None else local.kind
+        command = " ".join(
+            ["seqkeeper chaos", *(["--short"] if short else [])]
+            + [f"--scenario {n}" for n in (scenario or [])]
+            + ([f"--seed {seed}"] if seed != 1 else [])
+        )
+        run = BrokerRun(
+            broker=broker_label(kind, settings.broker),
+            generated=now_utc(),
+            machine=machine(),
+            scale=scale,
+            command=command,
+            outcomes=outcomes,
+            kind=kind or "an external cluster",
+        )
+        data = write_report(report, run, say=lambda text: console.print(f"warning: {text}"))
+        console.print(f"report written to {report} (column {run.broker!r}; runs in {data})")
+    # this run's outcomes only: another broker's failure in the report is not this run's
     raise typer.Exit(0 if all(o.ok for o in outcomes) else 1)
 
 
