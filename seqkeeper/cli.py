@@ -103,12 +103,25 @@ def worker(
         Optional[str],
         typer.Option(help="ordered (default) or commands [env SEQKEEPER_TOPOLOGY]."),
     ] = None,
+    broker_wait: Annotated[
+        Optional[float],
+        typer.Option(
+            min=0,
+            help="Seconds to wait for the broker at start before exiting 1 "
+            "[env SEQKEEPER_BROKER_WAIT, default 300].",
+        ),
+    ] = None,
 ) -> None:
     """Run the long-running worker (Ctrl-C or SIGTERM stops it gracefully)."""
     from seqkeeper.worker import run_worker
 
+    try:
+        defaults = Settings()
+    except ValueError as e:  # a bad setting in the environment: one line, no traceback
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(2) from None
     run_worker(
-        Settings().with_overrides(
+        defaults.with_overrides(
             broker=broker,
             data_dir=data_dir,
             web_port=web_port,
@@ -121,6 +134,7 @@ def worker(
             log_level=log_level,
             session_timeout=session_timeout,
             topology=topology,
+            broker_wait=broker_wait,
         )
     )
 

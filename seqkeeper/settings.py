@@ -13,6 +13,7 @@ from typing import Any
 
 from processors.deduplicator import Retention
 from processors.resequencer import Policy
+from seqkeeper.wait import parse_seconds
 
 
 def _env(name: str, default: str) -> str:
@@ -29,6 +30,15 @@ class Settings:
     #: ``bench``, ``broker``) start a fresh single-node Kafka from it instead
     #: of the embedded broker. Env ``KAFKA_HOME``.
     kafka_home: str = field(default_factory=lambda: _env("KAFKA_HOME", ""))
+    #: Seconds the worker waits at start for the broker it is given to
+    #: answer (a line per attempt, 0.5 s between attempts doubling to 10 s),
+    #: before it exits with code 1; ``inf``: no limit. Once it runs, a lost
+    #: broker is retried without limit. Env ``SEQKEEPER_BROKER_WAIT``.
+    broker_wait: float = field(
+        default_factory=lambda: parse_seconds(
+            "SEQKEEPER_BROKER_WAIT", _env("SEQKEEPER_BROKER_WAIT", "300")
+        )
+    )
     #: Faust application id: consumer group and changelog topic prefix.
     #: Env ``SEQKEEPER_APP_ID``.
     app_id: str = field(default_factory=lambda: _env("SEQKEEPER_APP_ID", "seqkeeper"))

@@ -25,6 +25,7 @@ from seqkeeper.broker import (
 )
 from seqkeeper.settings import Settings
 from seqkeeper.topics import create_topics
+from seqkeeper.wait import BrokerUnreachable, broker_answers, wait_for_broker
 from state.integrity import discard_corrupt
 
 _local: list[LocalBroker] = []
@@ -102,11 +103,7 @@ def run_worker(settings: Settings) -> None:
         if settings.web_port == 0:
             settings = settings.with_overrides(web_port=free_port())
         settings.data_dir.mkdir(parents=True, exist_ok=True)
-        asyncio.run(
-            create_topics(
-                settings.broker, settings.topics(), settings.partitions, settings.replication
-            )
-        )
+        await_broker_and_topics(settings)
         app = build_app(settings)
         running = settings.data_dir / "worker.running"
         if running.exists():
@@ -134,6 +131,29 @@ def run_worker(settings: Settings) -> None:
             if exc.code not in (0, None):
                 raise
         running.unlink()  # a clean stop: the local state matches the changelog
+
+
+def await_broker_and_topics(settings: Settings) -> None:
+    """Wait until the broker answers, then create the worker's topics; both
+    retried while no broker answers, for up to ``settings.broker_wait``
+    seconds (:func:`seqkeeper.wait.wait_for_broker`: a line per attempt).
+    Then exit 1 with a line naming the address, without a traceback; a stop
+    (Ctrl-C, SIGTERM) during the wait exits 0."""
+
+    async def attempt() -> None:
+        await broker_answers(settings.broker)
+        await create_topics(
+            settings.broker, settings.topics(), settings.partitions, settings.replication
+        )
+
+    try:
+        asyncio.run(wait_for_broker(settings.broker, settings.broker_wait, attempt))
+    except BrokerUnreachable as exc:
+        print(f"error: {exc}", file=sys.stderr, flush=True)
+        raise SystemExit(1) from None
+    except KeyboardInterrupt:
+        print(f"stopped while waiting for the broker at {settings.broker}", flush=True)
+        raise SystemExit(0) from None
 
 
 def check_local_state(tabledir: Path) -> concurrent.futures.Future[None]:
