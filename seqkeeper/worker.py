@@ -22,6 +22,7 @@ from seqkeeper.broker import (
     LocalBroker,
     die_with_parent,
     free_port,
+    port_is_free,
 )
 from seqkeeper.settings import Settings
 from seqkeeper.topics import create_topics
@@ -100,9 +101,9 @@ def run_worker(settings: Settings) -> None:
         from topologies.ordered import build_app
 
     with broker_for(settings) as settings:
-        if settings.web_port == 0:
-            settings = settings.with_overrides(web_port=free_port())
         settings.data_dir.mkdir(parents=True, exist_ok=True)
+        if settings.web_port == 0:
+            settings = settings.with_overrides(web_port=web_port_for(settings))
         await_broker_and_topics(settings)
         app = build_app(settings)
         running = settings.data_dir / "worker.running"
@@ -154,6 +155,36 @@ def await_broker_and_topics(settings: Settings) -> None:
     except KeyboardInterrupt:
         print(f"stopped while waiting for the broker at {settings.broker}", flush=True)
         raise SystemExit(0) from None
+
+
+def web_port_for(settings: Settings) -> int:
+    """A free port for the web server; for a static member (an instance id),
+    the port it had before, kept in its data directory, while that is free.
+
+    Apache Kafka hands a static member that rejoins the assignment it had,
+    without a new one from the group leader (KIP-345), and Faust's assignor
+    refuses an assignment made for another URL than the worker's web address
+    (faust-streaming 0.15 ``PartitionAssignor.on_assignment`` asserts it;
+    the assertion ends aiokafka's coordinator task, and the worker sits idle
+    without partitions). So a static member's address must outlive it."""
+    if not settings.instance_id:
+        return free_port()
+    saved = settings.data_dir / "web.port"
+    try:
+        port = int(saved.read_text())
+    except (OSError, ValueError):
+        port = 0
+    if not port or not port_is_free(settings.web_host, port):
+        if port:
+            print(
+                f"web port {port} of static member {settings.instance_id!r} is taken: "
+                "the worker's address changes, and Kafka's remembered assignment "
+                "is refused until the group rebalances; set SEQKEEPER_WEB_PORT",
+                flush=True,
+            )
+        port = free_port()
+        saved.write_text(f"{port}\n")
+    return port
 
 
 def check_local_state(tabledir: Path) -> concurrent.futures.Future[None]:

@@ -32,6 +32,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.errors import KafkaError
 
 
 class EndOffsetTimeout(RuntimeError):
@@ -104,7 +105,7 @@ async def end_offsets(
         await consumer.stop()
 
 
-async def partitions_of(consumer: AIOKafkaConsumer, topic: str) -> set[int]:
+async def partitions_of(consumer: AIOKafkaConsumer, topic: str, timeout: float = 30.0) -> set[int]:
     """The partition numbers of ``topic`` from a fresh metadata answer (empty
     if the topic does not exist). ``consumer`` must be started.
 
@@ -112,9 +113,23 @@ async def partitions_of(consumer: AIOKafkaConsumer, topic: str) -> set[int]:
     the topics of its bootstrap request (which Apache Kafka answers with none,
     the embedded broker with all) and those it subscribed to or was
     assigned, and ``consumer.topics()`` asks for every topic but keeps the
-    answer to itself (aiokafka 0.14)."""
-    cluster = await consumer._client.fetch_all_metadata()
-    return set(cluster.partitions_for_topic(topic) or ())
+    answer to itself (aiokafka 0.14).
+
+    A metadata request that no broker answers is asked again for up to
+    ``timeout`` seconds: right after a pause (a frozen broker, a controller
+    failover) Apache Kafka can answer with no live broker for a moment."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    delay = 0.1
+    while True:
+        try:
+            cluster = await consumer._client.fetch_all_metadata()
+            return set(cluster.partitions_for_topic(topic) or ())
+        except KafkaError:
+            if loop.time() + delay > deadline:
+                raise
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 2.0)
 
 
 def as_topic_partitions(topic: str, partitions: int | Iterable[int]) -> list[TopicPartition]:

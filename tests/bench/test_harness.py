@@ -97,6 +97,7 @@ def test_paced_input_is_every_record_in_key_order_and_not_ahead_of_its_rate(brok
 def test_smoke_run_writes_every_figure(broker, spark, tmp_path) -> None:
     bench = Bench(broker.bootstrap, TINY, tmp_path, lambda s: None)
     result = run(bench)
+    assert result["failed"] == [], [f["detail"] for f in result["figures"] if not f["value"]]
     names = [f["name"] for f in result["figures"]]
     for expected in (
         "limit",
