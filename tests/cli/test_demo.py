@@ -38,6 +38,20 @@ def test_demo_passes_verification_with_every_gap_given_up(make_settings) -> None
         for m in markers
     )
     assert covered == gaps
+    # `seqkeeper verify` on the same topics, as a team would run it on theirs
+    topics = [
+        *("--input-topic", settings.input_topic, "--ordered-topic", settings.ordered_topic),
+        *("--deduped-topic", settings.deduped_topic, "--dlq-topic", settings.dlq_topic),
+        *("--late-topic", settings.late_topic),
+    ]
+    checked = CliRunner().invoke(
+        app, ["verify", "-b", settings.broker, *topics, "--drained", "--json"]
+    )
+    assert checked.exit_code == 0, checked.output
+    assert orjson.loads(checked.output)["ok"] is True
+    wrong = [*topics[:3], f"{settings.ordered_topic}-nope", *topics[4:]]
+    missing = CliRunner().invoke(app, ["verify", "-b", settings.broker, *wrong])
+    assert missing.exit_code == 2 and "does not exist" in missing.output, missing.output
 
 
 def test_cli_help_lists_the_commands() -> None:
