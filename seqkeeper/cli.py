@@ -24,15 +24,15 @@ BrokerOpt = Annotated[
     typer.Option(
         "--broker",
         "-b",
-        help="Kafka bootstrap servers [env KAFKA_BOOTSTRAP_SERVERS]; "
-        "empty: start the embedded broker.",
+        help="Kafka bootstrap servers \\[env KAFKA_BOOTSTRAP_SERVERS]; "
+        "empty: start a broker (Apache Kafka from KAFKA_HOME, else the embedded one).",
     ),
 ]
 
-InputTopicOpt = Annotated[Optional[str], typer.Option(help="[env SEQKEEPER_INPUT_TOPIC]")]
-OrderedTopicOpt = Annotated[Optional[str], typer.Option(help="[env SEQKEEPER_ORDERED_TOPIC]")]
-DedupedTopicOpt = Annotated[Optional[str], typer.Option(help="[env SEQKEEPER_DEDUPED_TOPIC]")]
-DlqTopicOpt = Annotated[Optional[str], typer.Option(help="[env SEQKEEPER_DLQ_TOPIC]")]
+InputTopicOpt = Annotated[Optional[str], typer.Option(help="\\[env SEQKEEPER_INPUT_TOPIC]")]
+OrderedTopicOpt = Annotated[Optional[str], typer.Option(help="\\[env SEQKEEPER_ORDERED_TOPIC]")]
+DedupedTopicOpt = Annotated[Optional[str], typer.Option(help="\\[env SEQKEEPER_DEDUPED_TOPIC]")]
+DlqTopicOpt = Annotated[Optional[str], typer.Option(help="\\[env SEQKEEPER_DLQ_TOPIC]")]
 
 
 @app.command()
@@ -42,7 +42,7 @@ def broker(
         Optional[Path],
         typer.Option(
             help="Run Apache Kafka from this distribution directory instead of the "
-            "embedded broker [env KAFKA_HOME]."
+            "embedded broker \\[env KAFKA_HOME]."
         ),
     ] = None,
 ) -> None:
@@ -80,35 +80,35 @@ def broker(
 def worker(
     broker: BrokerOpt = None,
     data_dir: Annotated[
-        Optional[Path], typer.Option(help="RocksDB directory [env SEQKEEPER_DATA_DIR].")
+        Optional[Path], typer.Option(help="RocksDB directory \\[env SEQKEEPER_DATA_DIR].")
     ] = None,
     web_port: Annotated[
-        Optional[int], typer.Option(help="Web port; 0 = a free port [env SEQKEEPER_WEB_PORT].")
+        Optional[int], typer.Option(help="Web port; 0 = a free port \\[env SEQKEEPER_WEB_PORT].")
     ] = None,
     app_id: Annotated[
-        Optional[str], typer.Option(help="Application id [env SEQKEEPER_APP_ID].")
+        Optional[str], typer.Option(help="Application id \\[env SEQKEEPER_APP_ID].")
     ] = None,
     partitions: Annotated[
-        Optional[int], typer.Option(help="Topic partitions [env SEQKEEPER_PARTITIONS].")
+        Optional[int], typer.Option(help="Topic partitions \\[env SEQKEEPER_PARTITIONS].")
     ] = None,
     input_topic: InputTopicOpt = None,
     ordered_topic: OrderedTopicOpt = None,
     deduped_topic: DedupedTopicOpt = None,
     dlq_topic: DlqTopicOpt = None,
     session_timeout: Annotated[
-        Optional[float], typer.Option(help="Seconds [env SEQKEEPER_SESSION_TIMEOUT].")
+        Optional[float], typer.Option(help="Seconds \\[env SEQKEEPER_SESSION_TIMEOUT].")
     ] = None,
-    log_level: Annotated[Optional[str], typer.Option(help="[env SEQKEEPER_LOG_LEVEL]")] = None,
+    log_level: Annotated[Optional[str], typer.Option(help="\\[env SEQKEEPER_LOG_LEVEL]")] = None,
     topology: Annotated[
         Optional[str],
-        typer.Option(help="ordered (default) or commands [env SEQKEEPER_TOPOLOGY]."),
+        typer.Option(help="ordered (default) or commands \\[env SEQKEEPER_TOPOLOGY]."),
     ] = None,
     broker_wait: Annotated[
         Optional[float],
         typer.Option(
             min=0,
             help="Seconds to wait for the broker at start before exiting 1 "
-            "[env SEQKEEPER_BROKER_WAIT, default 300].",
+            "\\[env SEQKEEPER_BROKER_WAIT, default 300].",
         ),
     ] = None,
 ) -> None:
@@ -149,7 +149,7 @@ def compact(
     ),
     master: Annotated[str, typer.Option(help="Spark master.")] = "local[*]",
     app_id: Annotated[
-        Optional[str], typer.Option(help="Application id [env SEQKEEPER_APP_ID].")
+        Optional[str], typer.Option(help="Application id \\[env SEQKEEPER_APP_ID].")
     ] = None,
     purge_days: Annotated[
         Optional[int], typer.Option(help="Then delete audit days older than this many days.")
@@ -262,7 +262,7 @@ def verify(
     ordered_topic: OrderedTopicOpt = None,
     deduped_topic: DedupedTopicOpt = None,
     dlq_topic: DlqTopicOpt = None,
-    late_topic: Annotated[Optional[str], typer.Option(help="[env SEQKEEPER_LATE_TOPIC]")] = None,
+    late_topic: Annotated[Optional[str], typer.Option(help="\\[env SEQKEEPER_LATE_TOPIC]")] = None,
     drained: Annotated[
         bool, typer.Option(help="Every gap must have been given up by now (input finished).")
     ] = False,
@@ -587,7 +587,7 @@ def inspect(
         Optional[str], typer.Option(help="Every command of a correlationId.")
     ] = None,
     app_id: Annotated[
-        Optional[str], typer.Option(help="Application id [env SEQKEEPER_APP_ID].")
+        Optional[str], typer.Option(help="Application id \\[env SEQKEEPER_APP_ID].")
     ] = None,
 ) -> None:
     """Look commands up in the Message Store: status, timestamps, error,

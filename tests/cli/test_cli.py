@@ -1,5 +1,4 @@
-"""`seqkeeper bench` exits non-zero when a section fails, after printing
-the table with the failed section in it (a failure must not read as a pass)."""
+"""The command line without a broker: what help shows, and exit codes."""
 
 from __future__ import annotations
 
@@ -11,7 +10,7 @@ from seqkeeper.broker import free_port
 from seqkeeper.cli import app
 
 
-def test_a_failed_section_fails_the_command(tmp_path: Path) -> None:
+def test_a_failed_bench_section_fails_the_command(tmp_path: Path) -> None:
     nobody = f"127.0.0.1:{free_port()}"  # nothing listens there
     result = CliRunner().invoke(
         app,
@@ -21,3 +20,11 @@ def test_a_failed_section_fails_the_command(tmp_path: Path) -> None:
     assert "spark: failed" in result.output
     assert "failed sections: spark" in result.output
     assert (tmp_path / "latest.json").exists()
+
+
+def test_help_names_each_option_s_variable() -> None:
+    # rich markup would swallow "[env ...]" as a tag: the variable must show
+    result = CliRunner().invoke(app, ["worker", "--help"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0
+    for variable in ("KAFKA_BOOTSTRAP_SERVERS", "SEQKEEPER_DATA_DIR", "SEQKEEPER_BROKER_WAIT"):
+        assert f"[env {variable}" in result.output, variable
