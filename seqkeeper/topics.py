@@ -59,6 +59,28 @@ async def create_topics(
         await wait_for_leaders(admin, wanted, timeout)
     finally:
         await admin.close()
+    if new:
+        await wait_for_replicas([t.name for t in new], bootstrap, timeout)
+
+
+async def wait_for_replicas(topics: list[str], bootstrap: str, timeout: float) -> None:
+    """Until the leader of every partition of ``topics`` answers a ListOffsets.
+
+    A KRaft broker publishes a new partition's leader in its metadata a
+    moment before its replica manager serves the partition: a producer that
+    comes then gets ``NotLeaderForPartition`` and retries (with a log line
+    each time). aiokafka's ``end_offsets`` retries that error by itself."""
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap,
+        enable_auto_commit=False,
+        request_timeout_ms=max(1000, int(timeout * 1000)),
+    )
+    await consumer.start()
+    try:
+        tps = [TopicPartition(t, p) for t in topics for p in await partitions_of(consumer, t)]
+        await consumer.end_offsets(tps)
+    finally:
+        await consumer.stop()
 
 
 class TopicsNotReady(RuntimeError):
