@@ -4,7 +4,9 @@
 # Pinned to Debian bookworm: `python:3.11-slim` now follows trixie, which has no
 # openjdk-17-jre-headless. PySpark 4 needs Java 17 or newer.
 FROM python:3.11-slim-bookworm
-RUN apt-get update -qq && apt-get install -y -qq --no-install-recommends openjdk-17-jre-headless \
+# (slim images drop /usr/share/man; the JRE's postinst links a man page there)
+RUN mkdir -p /usr/share/man/man1 \
+    && apt-get update -qq && apt-get install -y -qq --no-install-recommends openjdk-17-jre-headless \
     && rm -rf /var/lib/apt/lists/* \
     && ln -s "$(dirname "$(dirname "$(readlink -f "$(command -v java)")")")" /opt/java
 ENV JAVA_HOME=/opt/java \
