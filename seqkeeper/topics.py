@@ -40,7 +40,8 @@ async def create_topics(
     timeout: float = 60.0,
 ) -> None:
     """Create the topics that do not exist yet, and return once the cluster's
-    metadata shows every partition of every one of ``names`` with a leader.
+    metadata shows every partition of every one of ``names`` with a leader
+    and every new partition is served (:func:`wait_for_replicas`).
 
     Apache Kafka propagates a new topic from its controller to the brokers'
     metadata caches asynchronously: a client that produces, fetches or asks
