@@ -26,6 +26,7 @@ import uuid
 from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
+from typing import Self
 
 
 def die_with_parent() -> None:  # pragma: no cover - runs in the child
@@ -77,9 +78,27 @@ def broker_binary() -> str:
 
 
 class _BrokerProcess:
-    """A broker process this program started: freeze, resume, stop."""
+    """A broker process this program started: freeze, resume, stop; a
+    context manager that starts it and stops it."""
 
     _proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> Self:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
 
     @property
     def pid(self) -> int | None:
@@ -163,17 +182,6 @@ class EmbeddedBroker(_BrokerProcess):
 
     def stop(self, timeout: float = 5.0) -> None:
         self._terminate(timeout)
-
-    def __enter__(self) -> EmbeddedBroker:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
 
 def kafka_home_from_env() -> Path | None:
@@ -374,17 +382,6 @@ class KafkaBroker(_BrokerProcess):
         if self._dir is not None:
             shutil.rmtree(self._dir, ignore_errors=True)
             self._dir = None
-
-    def __enter__(self) -> KafkaBroker:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
 
 LocalBroker = EmbeddedBroker | KafkaBroker
