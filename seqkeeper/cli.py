@@ -362,14 +362,13 @@ def chaos(
     console = Console()
     scale = SHORT if short else LONG
     settings = Settings().with_overrides(broker=broker)
-    external = bool(settings.broker)
     with (
         broker_for(settings) as settings,
         tempfile.TemporaryDirectory(prefix="seqkeeper-chaos-") as tmp,
     ):
         from seqkeeper.worker import current_local
 
-        local = None if external else current_local()
+        local = current_local()  # None when a broker was given
         runner = Chaos(
             settings, workdir or Path(tmp), scale, local=local, seed=seed, console=console
         )
@@ -443,14 +442,13 @@ def bench(
     settings = Settings().with_overrides(broker=broker)
     if workdir:
         workdir.mkdir(parents=True, exist_ok=True)
-    external = bool(settings.broker)
     with (
         broker_for(settings) as settings,
         tempfile.TemporaryDirectory(prefix="seqkeeper-bench-") as tmp,
     ):
         from seqkeeper.worker import current_local
 
-        local = None if external else current_local()
+        local = current_local()  # None when a broker was given
         runner = Bench(settings.broker, sizes, workdir or Path(tmp), lambda s: console.log(s))
         result = run(runner, set(only) if only else None)
         result["broker"] = f"{settings.broker} ({'external' if local is None else local.kind})"
