@@ -43,7 +43,7 @@ bench: $(STAMP) java
 
 # The worker's per-record work without a broker (µs per record; see README).
 bench-core: $(STAMP)
-	$(BIN)/python -m bench.core
+	$(BIN)/python -m seqkeeper.bench.core
 
 test: $(STAMP) java
 	$(BIN)/python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)

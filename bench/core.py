@@ -1,4 +1,4 @@
-"""The worker's per-record work without a broker: ``python -m bench.core``.
+"""The worker's per-record work without a broker: ``python -m seqkeeper.bench.core``.
 
 The ordered topology's ``on_record`` over ``FaustRocksStore`` on real
 RocksDB (opened as Faust opens it, with the worker's options and interpreter
@@ -37,15 +37,15 @@ import orjson
 from aiokafka.partitioner import murmur2
 from aiokafka.producer.message_accumulator import BatchBuilder
 
-from bench.harness import FULL, Records, workload
+from seqkeeper.bench.harness import FULL, Records, workload
 from seqkeeper.settings import Settings
+from seqkeeper.state import codecs
+from seqkeeper.state.producer import BatchProducer
+from seqkeeper.state.rocksdb import FaustRocksStore
+from seqkeeper.state.stores import Stores
+from seqkeeper.topologies.ordered import OrderedTopology
+from seqkeeper.topologies.shell import PRODUCER_BATCH_BYTES
 from seqkeeper.worker import tune_interpreter
-from state import codecs
-from state.producer import BatchProducer
-from state.rocksdb import FaustRocksStore
-from state.stores import Stores
-from topologies.ordered import OrderedTopology
-from topologies.shell import PRODUCER_BATCH_BYTES
 
 PARTITIONS = FULL.partitions  # as the bench's topics
 
@@ -235,7 +235,7 @@ def instructions(args: argparse.Namespace) -> int:
             "--cachegrind-out-file=/dev/null",
             sys.executable,
             "-m",
-            "bench.core",
+            "seqkeeper.bench.core",
             "--messages",
             str(args.messages),
             "--keys",
@@ -254,7 +254,7 @@ def instructions(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m bench.core", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m seqkeeper.bench.core", description=__doc__)
     parser.add_argument("--messages", type=int, default=200_000)
     parser.add_argument("--keys", type=int, default=10_000)
     parser.add_argument("--cycle", type=int, default=4_000, help="records per outbox cycle")

@@ -34,9 +34,9 @@ from aiokafka import TopicPartition
 from seqkeeper.broker import die_with_parent, free_port
 from seqkeeper.demo import publish
 from seqkeeper.settings import Settings
+from seqkeeper.state.producer import BatchProducer
 from seqkeeper.topics import create_topics, end_offsets_of
 from seqkeeper.worker import WorkerProcess
-from state.producer import BatchProducer
 
 Records = list[tuple[bytes | None, bytes | None]]
 
@@ -177,8 +177,8 @@ def measure_output(
     async def run() -> tuple[float, int]:
         from aiokafka import AIOKafkaConsumer
 
+        from seqkeeper.state.offsets import high_watermarks
         from seqkeeper.topics import UnknownTopic, topic_partitions
-        from state.offsets import high_watermarks
 
         consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
         await consumer.start()
@@ -285,7 +285,7 @@ class Bench:
         src, dst = f"{tag}.in", f"{tag}.out"
         self.topics([src, dst])
         asyncio.run(publish(self.bootstrap, src, self.records))
-        cmd = [sys.executable, "-m", "bench.limit", self.bootstrap, src, dst, tag]
+        cmd = [sys.executable, "-m", "seqkeeper.bench.limit", self.bootstrap, src, dst, tag]
         with process(cmd, {}, self.workdir / f"{tag}.log") as p:
             rate, _ = measure_output(
                 self.bootstrap,
@@ -310,7 +310,7 @@ class Bench:
             "BENCH_PARTITIONS": str(self.sizes.partitions),
             "BENCH_WEB_PORT": str(free_port()),
         }
-        cmd = [sys.executable, "-m", "bench.peer", "worker", "-l", "warn"]
+        cmd = [sys.executable, "-m", "seqkeeper.bench.peer", "worker", "-l", "warn"]
         with process(cmd, env, self.workdir / f"{tag}.log") as p:
             rate, _ = measure_output(
                 self.bootstrap,
@@ -402,7 +402,7 @@ class Bench:
         # it fetches with the worker's fetch wait: with aiokafka's 500 ms the
         # embedded broker holds a fetch that finds nothing that long
         wait = self.settings(tag).fetch_wait_ms()
-        cmd = [sys.executable, "-m", "bench.limit", self.bootstrap, src, dst, tag, str(wait)]
+        cmd = [sys.executable, "-m", "seqkeeper.bench.limit", self.bootstrap, src, dst, tag, str(wait)]
         with process(cmd + [log] if write_ahead else cmd, {}, self.workdir / f"{tag}.log"):
             lat = asyncio.run(self._latency(src, dst, rate, self.sizes.latency_seconds))
         what = "limit + write-ahead" if write_ahead else "limit: plain aiokafka"
@@ -565,9 +565,9 @@ class Bench:
     # -- Spark --------------------------------------------------------------------------
 
     def spark(self) -> tuple[Figure, Figure, Figure]:
-        from spark_sink.job import spark_session
-        from spark_sink.kafka_source import read_kafka
-        from spark_sink.snapshots import compact_snapshots
+        from seqkeeper.spark_sink.job import spark_session
+        from seqkeeper.spark_sink.kafka_source import read_kafka
+        from seqkeeper.spark_sink.snapshots import compact_snapshots
 
         n = self.sizes.spark_records
         tag = _tag("spark")

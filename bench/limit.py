@@ -1,6 +1,6 @@
 """The limit baseline: plain aiokafka — consume, decode and encode JSON with
 orjson, produce, commit per batch.
-``python -m bench.limit BOOTSTRAP IN OUT GROUP [FETCH_MAX_WAIT_MS [CHANGELOG]]``
+``python -m seqkeeper.bench.limit BOOTSTRAP IN OUT GROUP [FETCH_MAX_WAIT_MS [CHANGELOG]]``
 (aiokafka's 500 ms when no wait is given). With ``CHANGELOG`` it is the
 write-ahead pipeline of the latency figures (:func:`write_ahead`)."""
 
@@ -64,8 +64,10 @@ async def write_ahead(
     own, no linger), and the offsets are committed without waiting for the
     commit: a floor of seqkeeper's order of writes and its way of sending,
     not the limit's per-record sends."""
-    from state.producer import BatchProducer, Out, Record
-    from topologies.shell import PRODUCER_BATCH_BYTES  # (imports Faust: not for the limit)
+    from seqkeeper.state.producer import BatchProducer, Out, Record
+    from seqkeeper.topologies.shell import (
+        PRODUCER_BATCH_BYTES,  # (imports Faust: not for the limit)
+    )
 
     producer = AIOKafkaProducer(
         bootstrap_servers=bootstrap, acks=1, max_batch_size=PRODUCER_BATCH_BYTES

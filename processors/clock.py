@@ -16,7 +16,7 @@ quiet, it advances exactly as the wall clock does after the grace.
 
 from __future__ import annotations
 
-from processors.values import value
+from seqkeeper.processors.values import value
 
 #: Seconds a caught-up partition must be quiet before its time follows the wall clock.
 IDLE_GRACE = 1.0

@@ -45,9 +45,9 @@ from typing import Any, Literal
 
 import orjson
 
-from processors.dead_letter import dead_letter_headers
-from processors.envelope import InvalidMessage, parse_time
-from processors.values import value
+from seqkeeper.processors.dead_letter import dead_letter_headers
+from seqkeeper.processors.envelope import InvalidMessage, parse_time
+from seqkeeper.processors.values import value
 
 Status = Literal["RECEIVED", "PROCESSING", "COMPLETED", "FAILED", "EXPIRED"]
 #: :attr:`Outgoing.topic` of a dead letter (the shell's dead-letter topic).

@@ -46,8 +46,8 @@ import math
 import zlib
 from typing import NamedTuple, Protocol
 
-from processors.envelope import Message
-from processors.values import value
+from seqkeeper.processors.envelope import Message
+from seqkeeper.processors.values import value
 
 #: Age evictions done per accepted message (the rest is left to sweeps).
 EVICT_PER_ACCEPT = 2

@@ -14,7 +14,7 @@ from typing import Any, NoReturn
 
 import orjson
 
-from processors.values import value
+from seqkeeper.processors.values import value
 
 #: Largest accepted sequence number (sequences are stored as 8-byte integers).
 MAX_SEQ = 2**63 - 1

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from processors.command import Command, DomainError, Event, Registry
+from seqkeeper.processors.command import Command, DomainError, Event, Registry
 
 registry = Registry()
 

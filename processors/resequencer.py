@@ -60,8 +60,8 @@ from typing import Literal, Protocol
 
 import orjson
 
-from processors.envelope import Message, Reason
-from processors.values import value
+from seqkeeper.processors.envelope import Message, Reason
+from seqkeeper.processors.values import value
 
 #: The default first sequence of a key.
 FIRST_SEQ = 1

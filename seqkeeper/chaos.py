@@ -41,10 +41,10 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from processors.dead_letter import REASON
 from seqkeeper.broker import LocalBroker
 from seqkeeper.corpus import DROPPED, EMITTED, Case, command_cases, ordered_cases
 from seqkeeper.demo import publish, verify_topics
+from seqkeeper.processors.dead_letter import REASON
 from seqkeeper.settings import Settings
 from seqkeeper.topics import TopicCache, create_topics, end_offsets_of, read_topic
 from seqkeeper.verify import Checked, Report

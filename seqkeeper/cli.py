@@ -162,7 +162,7 @@ def compact(
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
-    from spark_sink.job import run_compact, spark_session, watch_tasks
+    from seqkeeper.spark_sink.job import run_compact, spark_session, watch_tasks
 
     console = Console()
     settings = Settings().with_overrides(broker=broker, app_id=app_id)
@@ -201,7 +201,7 @@ def compact(
         f"committed under {warehouse}: " + ", ".join(f"{k} run {v}" for k, v in done.items())
     )
     if purge_days is not None:
-        from spark_sink.audit import purge_audit
+        from seqkeeper.spark_sink.audit import purge_audit
 
         gone = purge_audit(warehouse, purge_days)
         console.print(
@@ -230,9 +230,9 @@ def replay(
     bytes (messageIds preserved, so consumers deduplicate)."""
     from rich.progress import Progress
 
-    from spark_sink.job import spark_session
-    from spark_sink.replay import Selection
-    from spark_sink.replay import replay as run
+    from seqkeeper.spark_sink.job import spark_session
+    from seqkeeper.spark_sink.replay import Selection
+    from seqkeeper.spark_sink.replay import replay as run
 
     selection = Selection(category, stream, message_type, since, until, from_position, to_position)
     sealer = _sealer()
@@ -430,7 +430,7 @@ def bench(
     from rich.console import Console
     from rich.table import Table
 
-    from bench.harness import FULL, SMOKE, Bench, run, write
+    from seqkeeper.bench.harness import FULL, SMOKE, Bench, run, write
     from seqkeeper.worker import broker_for
 
     console = Console()
@@ -473,7 +473,7 @@ def bench(
 @app.command()
 def keygen() -> None:
     """Print a new audit encryption key (for SEQKEEPER_AUDIT_KEY)."""
-    from spark_sink.crypto import new_key
+    from seqkeeper.spark_sink.crypto import new_key
 
     typer.echo(new_key())
 
@@ -487,7 +487,7 @@ WarehouseOpt = Annotated[Path, typer.Option(help="Where compact wrote.")]
 
 
 def _store(warehouse: Path) -> Any:
-    from spark_sink.store import MessageStore
+    from seqkeeper.spark_sink.store import MessageStore
 
     try:
         return MessageStore(warehouse, _sealer())
@@ -658,7 +658,7 @@ def demo(
 
 def _sealer() -> Any:
     """The audit key from the environment, or a clear error and exit 2."""
-    from spark_sink.crypto import AuditKeyError, Sealer
+    from seqkeeper.spark_sink.crypto import AuditKeyError, Sealer
 
     try:
         return Sealer.from_env()

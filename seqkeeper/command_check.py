@@ -15,9 +15,9 @@ from typing import Any
 
 import orjson
 
-from processors.command import Command, DomainError, parse_command
-from processors.envelope import InvalidMessage
-from processors.inventory import registry
+from seqkeeper.processors.command import Command, DomainError, parse_command
+from seqkeeper.processors.envelope import InvalidMessage
+from seqkeeper.processors.inventory import registry
 from seqkeeper.settings import Settings
 from seqkeeper.topics import Record, TopicCache
 from seqkeeper.verify import Check, Checked

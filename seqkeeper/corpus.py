@@ -17,8 +17,8 @@ from typing import Any
 
 import orjson
 
-from processors.command import CommandReason
-from processors.envelope import MAX_SEQ, Reason
+from seqkeeper.processors.command import CommandReason
+from seqkeeper.processors.envelope import MAX_SEQ, Reason
 
 EMITTED, DROPPED = "emitted", "dropped"
 

@@ -8,10 +8,10 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
-from processors.command import Entity, Receipt
+from seqkeeper.processors.command import Entity, Receipt
 from seqkeeper.settings import Settings
+from seqkeeper.state.commands import correlation_prefix, decode_entity, decode_receipt, entity_key
 from seqkeeper.topics import read_topic
-from state.commands import correlation_prefix, decode_entity, decode_receipt, entity_key
 
 
 def changelog_topic(settings: Settings) -> str:

@@ -11,8 +11,8 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from processors.deduplicator import Retention
-from processors.resequencer import Policy
+from seqkeeper.processors.deduplicator import Retention
+from seqkeeper.processors.resequencer import Policy
 from seqkeeper.wait import parse_seconds
 
 

@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 
 import orjson
 
-from processors.dead_letter import REASON
-from processors.envelope import InvalidMessage, parse
-from processors.resequencer import FIRST_SEQ, GAP_SKIPPED
+from seqkeeper.processors.dead_letter import REASON
+from seqkeeper.processors.envelope import InvalidMessage, parse
+from seqkeeper.processors.resequencer import FIRST_SEQ, GAP_SKIPPED
 from seqkeeper.topics import Record
 
 

@@ -25,9 +25,9 @@ from seqkeeper.broker import (
     port_is_free,
 )
 from seqkeeper.settings import Settings
+from seqkeeper.state.integrity import discard_corrupt
 from seqkeeper.topics import create_topics
 from seqkeeper.wait import BrokerUnreachable, broker_answers, wait_for_broker
-from state.integrity import discard_corrupt
 
 _local: list[LocalBroker] = []
 
@@ -96,9 +96,9 @@ def run_worker(settings: Settings) -> None:
     """Run the worker in the foreground until SIGINT/SIGTERM (graceful stop)."""
 
     if settings.topology == "commands":
-        from topologies.commands import build_app
+        from seqkeeper.topologies.commands import build_app
     else:
-        from topologies.ordered import build_app
+        from seqkeeper.topologies.ordered import build_app
 
     with broker_for(settings) as settings:
         settings.data_dir.mkdir(parents=True, exist_ok=True)

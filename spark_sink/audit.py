@@ -31,9 +31,9 @@ from typing import Any
 
 import orjson
 
-from spark_sink.crypto import Sealer
-from spark_sink.kafka_source import read_kafka
-from spark_sink.snapshots import commit_run, exact_ends, last_commit
+from seqkeeper.spark_sink.crypto import Sealer
+from seqkeeper.spark_sink.kafka_source import read_kafka
+from seqkeeper.spark_sink.snapshots import commit_run, exact_ends, last_commit
 
 
 def _latest(audit: Path) -> tuple[int, dict[str, Any]]:

@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from seqkeeper.settings import Settings
-from spark_sink.audit import compact_audit
-from spark_sink.crypto import Sealer
-from spark_sink.snapshots import compact_snapshots
+from seqkeeper.spark_sink.audit import compact_audit
+from seqkeeper.spark_sink.crypto import Sealer
+from seqkeeper.spark_sink.snapshots import compact_snapshots
 
 
 async def existing_topics(bootstrap: str) -> set[str]:

@@ -108,7 +108,7 @@ async def plan(
     """The slices to read: exact ends, offsets resolved, large ones split."""
     from aiokafka import AIOKafkaConsumer, TopicPartition
 
-    from state.offsets import high_watermarks, partitions_of
+    from seqkeeper.state.offsets import high_watermarks, partitions_of
 
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
     await consumer.start()

@@ -12,8 +12,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from spark_sink.audit import coordinates, read_audit
-from spark_sink.crypto import KEY_ENV, AuditKeyError, Sealer, is_sealed
+from seqkeeper.spark_sink.audit import coordinates, read_audit
+from seqkeeper.spark_sink.crypto import KEY_ENV, AuditKeyError, Sealer, is_sealed
 
 
 @dataclass(frozen=True)

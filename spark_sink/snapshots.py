@@ -26,8 +26,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from spark_sink.crypto import FIELDS_ENV, KEY_ENV, AuditKeyError, Sealer
-from spark_sink.kafka_source import plan, read_kafka
+from seqkeeper.spark_sink.crypto import FIELDS_ENV, KEY_ENV, AuditKeyError, Sealer
+from seqkeeper.spark_sink.kafka_source import plan, read_kafka
 
 
 def last_commit(directory: Path, empty: dict[str, Any]) -> tuple[int, dict[str, Any]]:
@@ -69,7 +69,7 @@ _MESSAGE_FAMILIES = {"entity", "receipt"}
 
 def decoder(topic: str) -> Callable[[bytes, bytes], tuple[str, str, str | None, str | None]] | None:
     """How to read a changelog topic's entries (``None``: not a seqkeeper table)."""
-    from state import codecs, commands
+    from seqkeeper.state import codecs, commands
 
     if topic.endswith("-commands-changelog"):
         return commands.describe

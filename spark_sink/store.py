@@ -32,8 +32,8 @@ from typing import Any
 
 import orjson
 
-from spark_sink.crypto import AuditKeyError, Sealer, is_sealed
-from spark_sink.snapshots import last_commit
+from seqkeeper.spark_sink.crypto import AuditKeyError, Sealer, is_sealed
+from seqkeeper.spark_sink.snapshots import last_commit
 
 COLUMNS = [
     "id",

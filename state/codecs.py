@@ -24,8 +24,8 @@ from typing import Any
 
 import orjson
 
-from processors.deduplicator import ALL_IDS, UNKNOWN, Seen, SeenWindow
-from processors.resequencer import KeyState
+from seqkeeper.processors.deduplicator import ALL_IDS, UNKNOWN, Seen, SeenWindow
+from seqkeeper.processors.resequencer import KeyState
 
 KEY_STATE = b"s"
 BUFFER = b"b"

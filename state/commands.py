@@ -27,9 +27,9 @@ from typing import Any
 
 import orjson
 
-from processors.command import Entity, Outgoing, Receipt
-from state.base import PartitionStore
-from state.codecs import compact_json
+from seqkeeper.processors.command import Entity, Outgoing, Receipt
+from seqkeeper.state.base import PartitionStore
+from seqkeeper.state.codecs import compact_json
 
 _TIME = struct.Struct(">d")
 

@@ -34,10 +34,10 @@ from faust.types.transports import TransportT
 from faust.types.tuples import ack_lock
 from mode.utils.futures import notify
 
-from state.fetch import RawTopics
-from state.fetch import install as install_raw_records
-from state.offsets import end_offsets
-from state.producer import BatchProducer
+from seqkeeper.state.fetch import RawTopics
+from seqkeeper.state.fetch import install as install_raw_records
+from seqkeeper.state.offsets import end_offsets
+from seqkeeper.state.producer import BatchProducer
 
 log = logging.getLogger("seqkeeper.recovery")
 

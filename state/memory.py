@@ -6,7 +6,7 @@ import bisect
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
 
-from state.base import Change
+from seqkeeper.state.base import Change
 
 
 class MemoryStore:

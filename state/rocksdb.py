@@ -40,8 +40,8 @@ from typing import Any
 
 from faust.types import TP
 
-from state.base import Change
-from state.producer import BatchProducer, Record
+from seqkeeper.state.base import Change
+from seqkeeper.state.producer import BatchProducer, Record
 
 #: Where :meth:`FaustRocksStore.mark` keeps its value in a partition's
 #: RocksDB (outside every family's prefix; never changelogged).

@@ -32,11 +32,11 @@ from dataclasses import dataclass, field
 
 import orjson
 
-from processors.deduplicator import DedupDecision, Seen, SeenWindow
-from processors.envelope import Message, parse
-from processors.resequencer import KeyState, Step
-from state import codecs
-from state.base import Change, PartitionStore
+from seqkeeper.processors.deduplicator import DedupDecision, Seen, SeenWindow
+from seqkeeper.processors.envelope import Message, parse
+from seqkeeper.processors.resequencer import KeyState, Step
+from seqkeeper.state import codecs
+from seqkeeper.state.base import Change, PartitionStore
 
 
 class ReorderBuffer:

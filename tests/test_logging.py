@@ -6,8 +6,8 @@ from __future__ import annotations
 import logging
 
 from seqkeeper.settings import Settings
+from seqkeeper.topologies.ordered import build_app
 from seqkeeper.worker import faust_worker
-from topologies.ordered import build_app
 
 
 def test_warning_level_keeps_debug_off(tmp_path) -> None:

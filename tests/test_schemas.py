@@ -9,9 +9,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 
-from processors.dead_letter import dead_letter_headers
-from processors.envelope import InvalidMessage, Reason, parse
-from processors.resequencer import GapSkipped
+from seqkeeper.processors.dead_letter import dead_letter_headers
+from seqkeeper.processors.envelope import InvalidMessage, Reason, parse
+from seqkeeper.processors.resequencer import GapSkipped
 from seqkeeper.workload import MALFORMED_KINDS, generate
 
 SCHEMAS = Path(__file__).resolve().parent.parent / "schemas"
@@ -52,13 +52,13 @@ def test_dead_letter_headers_match_their_schema(reason: str) -> None:
 
 
 def test_commands_replies_and_events_match_their_schemas() -> None:
-    from processors.command import parse_command
-    from processors.inventory import registry
     from seqkeeper.command_check import storm
+    from seqkeeper.processors.command import parse_command
+    from seqkeeper.processors.inventory import registry
     from seqkeeper.settings import Settings
-    from state.commands import CommandStore
-    from state.memory import MemoryStore
-    from topologies.commands import CommandTopology
+    from seqkeeper.state.commands import CommandStore
+    from seqkeeper.state.memory import MemoryStore
+    from seqkeeper.topologies.commands import CommandTopology
 
     commands, replies, events = (
         validator(n)

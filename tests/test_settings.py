@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from seqkeeper.settings import Settings
+from seqkeeper.topologies.shell import make_app
 from seqkeeper.worker import tune_interpreter
-from topologies.shell import make_app
 
 
 def test_gc_thresholds_default_env_and_errors(monkeypatch: pytest.MonkeyPatch) -> None:

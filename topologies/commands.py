@@ -25,7 +25,7 @@ import faust
 import orjson
 from prometheus_client import CollectorRegistry, Counter
 
-from processors.command import (
+from seqkeeper.processors.command import (
     DEAD_LETTER,
     Decision,
     Entity,
@@ -37,13 +37,13 @@ from processors.command import (
     mark_dispatched,
     parse_command,
 )
-from processors.dead_letter import dead_letter_headers
-from processors.envelope import InvalidMessage
+from seqkeeper.processors.dead_letter import dead_letter_headers
+from seqkeeper.processors.envelope import InvalidMessage
 from seqkeeper.settings import Settings
-from state.commands import CommandStore
-from state.faust_glue import ack_batch, batch_source, current, raw_table, seconds
-from state.rocksdb import FaustRocksStore
-from topologies.shell import (
+from seqkeeper.state.commands import CommandStore
+from seqkeeper.state.faust_glue import ack_batch, batch_source, current, raw_table, seconds
+from seqkeeper.state.rocksdb import FaustRocksStore
+from seqkeeper.topologies.shell import (
     Batch,
     OutboxOwner,
     install_diagnostics,
@@ -274,7 +274,7 @@ def command_key(value: bytes) -> bytes:
 def build_app(settings: Settings, registry: Registry | None = None) -> faust.App:
     """The Faust app of the command topology (default: the inventory domain)."""
     if registry is None:
-        from processors.inventory import registry as inventory
+        from seqkeeper.processors.inventory import registry as inventory
 
         registry = inventory
     app = make_app(settings)

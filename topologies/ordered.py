@@ -46,19 +46,19 @@ from typing import Any
 
 import faust
 
-from processors import deduplicator, resequencer
-from processors.clock import StreamClock
-from processors.dead_letter import dead_letter_headers
-from processors.envelope import InvalidMessage, Message, Reason, parse
-from processors.resequencer import Emission, GapSkipped, KeyState, Step
+from seqkeeper.processors import deduplicator, resequencer
+from seqkeeper.processors.clock import StreamClock
+from seqkeeper.processors.dead_letter import dead_letter_headers
+from seqkeeper.processors.envelope import InvalidMessage, Message, Reason, parse
+from seqkeeper.processors.resequencer import Emission, GapSkipped, KeyState, Step
 from seqkeeper.settings import Settings
-from state import codecs
-from state.faust_glue import ack_batch, batch_source, current, raw_table, seconds
-from state.rocksdb import FaustRocksStore
-from state.stores import Stores
-from state.timers import GapTimers
-from topologies.metrics import Metrics
-from topologies.shell import (
+from seqkeeper.state import codecs
+from seqkeeper.state.faust_glue import ack_batch, batch_source, current, raw_table, seconds
+from seqkeeper.state.rocksdb import FaustRocksStore
+from seqkeeper.state.stores import Stores
+from seqkeeper.state.timers import GapTimers
+from seqkeeper.topologies.metrics import Metrics
+from seqkeeper.topologies.shell import (
     Batch,
     OutboxOwner,
     install_diagnostics,

@@ -24,9 +24,9 @@ import faust
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from seqkeeper.settings import Settings
-from state.faust_glue import App
-from state.producer import BatchProducer
-from state.rocksdb import FaustRocksStore
+from seqkeeper.state.faust_glue import App
+from seqkeeper.state.producer import BatchProducer
+from seqkeeper.state.rocksdb import FaustRocksStore
 
 log = logging.getLogger("seqkeeper.shell")
 

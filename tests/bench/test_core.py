@@ -9,8 +9,8 @@ from pathlib import Path
 
 import orjson
 
-from bench.core import PARTITIONS, Core, _partitions, main
-from bench.harness import workload
+from seqkeeper.bench.core import PARTITIONS, Core, _partitions, main
+from seqkeeper.bench.harness import workload
 from seqkeeper.settings import Settings
 
 

@@ -12,7 +12,7 @@ import orjson
 import pytest
 from aiokafka import AIOKafkaProducer
 
-from bench.harness import (
+from seqkeeper.bench.harness import (
     LATENCY_LINGER_MS,
     Bench,
     Sizes,
@@ -23,8 +23,8 @@ from bench.harness import (
     write,
 )
 from seqkeeper.settings import Settings
+from seqkeeper.state.producer import BatchProducer
 from seqkeeper.topics import create_topics, read_topic
-from state.producer import BatchProducer
 
 pytestmark = pytest.mark.integration
 

@@ -12,7 +12,6 @@ from pathlib import Path
 import orjson
 import pytest
 
-from processors.dead_letter import REASON
 from seqkeeper.chaos import (
     LONG,
     ROW,
@@ -30,6 +29,7 @@ from seqkeeper.chaos import (
     write_report,
 )
 from seqkeeper.corpus import DROPPED, EMITTED, command_cases, ordered_cases
+from seqkeeper.processors.dead_letter import REASON
 from seqkeeper.topics import Record
 from seqkeeper.verify import Check, Report
 

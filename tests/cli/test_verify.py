@@ -4,9 +4,9 @@ from dataclasses import replace
 
 import pytest
 
-from processors.dead_letter import dead_letter_headers
-from processors.envelope import InvalidMessage, parse
-from processors.resequencer import DictBuffer, KeyState, Policy, expire, offer
+from seqkeeper.processors.dead_letter import dead_letter_headers
+from seqkeeper.processors.envelope import InvalidMessage, parse
+from seqkeeper.processors.resequencer import DictBuffer, KeyState, Policy, expire, offer
 from seqkeeper.topics import Record
 from seqkeeper.verify import verify
 from seqkeeper.workload import generate

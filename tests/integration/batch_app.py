@@ -10,7 +10,7 @@ from typing import Any
 
 import orjson
 
-from state.faust_glue import App, ack_batch, batch_source, current
+from seqkeeper.state.faust_glue import App, ack_batch, batch_source, current
 
 env = os.environ.__getitem__
 app = App(

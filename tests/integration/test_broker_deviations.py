@@ -13,8 +13,8 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from seqkeeper.broker import EmbeddedBroker
+from seqkeeper.state.offsets import as_topic_partitions, end_offsets
 from seqkeeper.topics import create_topics, end_offsets_of, read_topic
-from state.offsets import as_topic_partitions, end_offsets
 
 pytestmark = pytest.mark.integration
 

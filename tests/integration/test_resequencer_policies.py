@@ -14,9 +14,9 @@ import orjson
 import pytest
 from jsonschema import Draft202012Validator
 
-from processors.dead_letter import REASON
 from seqkeeper.broker import free_port
 from seqkeeper.demo import publish
+from seqkeeper.processors.dead_letter import REASON
 from seqkeeper.settings import Settings
 from seqkeeper.topics import Record, create_topics, read_topic
 from seqkeeper.worker import WorkerProcess

@@ -1,7 +1,7 @@
 from hypothesis import given
 from hypothesis import strategies as st
 
-from processors.clock import IDLE_GRACE, StreamClock
+from seqkeeper.processors.clock import IDLE_GRACE, StreamClock
 
 steps = st.lists(
     st.tuples(st.floats(0, 5), st.none() | st.floats(0, 1e6), st.booleans()),

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from processors import inventory
-from processors.command import (
+from seqkeeper.processors import inventory
+from seqkeeper.processors.command import (
     Command,
     CommandReason,
     Entity,
@@ -25,7 +25,7 @@ from processors.command import (
     mark_dispatched,
     parse_command,
 )
-from processors.envelope import InvalidMessage
+from seqkeeper.processors.envelope import InvalidMessage
 
 
 def envelope(mid: str, ctype: str, sku: str, payload: Any, **extra: Any) -> bytes:

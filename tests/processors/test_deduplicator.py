@@ -3,8 +3,8 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from processors import deduplicator
-from processors.deduplicator import (
+from seqkeeper.processors import deduplicator
+from seqkeeper.processors.deduplicator import (
     ALL_IDS,
     EVICT_PER_ACCEPT,
     Retention,
@@ -12,7 +12,7 @@ from processors.deduplicator import (
     SeenWindow,
     id_bits,
 )
-from processors.envelope import Message
+from seqkeeper.processors.envelope import Message
 
 
 class Log:

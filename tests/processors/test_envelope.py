@@ -3,7 +3,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from processors.envelope import MAX_SEQ, InvalidMessage, Reason, parse
+from seqkeeper.processors.envelope import MAX_SEQ, InvalidMessage, Reason, parse
 
 
 def value(**fields: object) -> bytes:

@@ -8,9 +8,9 @@ from dataclasses import dataclass, field
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from processors import resequencer
-from processors.envelope import Message, Reason
-from processors.resequencer import (
+from seqkeeper.processors import resequencer
+from seqkeeper.processors.envelope import Message, Reason
+from seqkeeper.processors.resequencer import (
     FIRST_SEQ,
     DictBuffer,
     GapSkipped,

@@ -12,8 +12,8 @@ import orjson
 import pytest
 from aiokafka import AIOKafkaProducer
 
+from seqkeeper.spark_sink.audit import compact_audit, purge_audit, read_audit
 from seqkeeper.topics import create_topics
-from spark_sink.audit import compact_audit, purge_audit, read_audit
 
 pytestmark = pytest.mark.integration
 

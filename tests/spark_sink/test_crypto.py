@@ -8,7 +8,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from spark_sink.crypto import FIELDS_ENV, KEY_ENV, AuditKeyError, Sealer, is_sealed, new_key
+from seqkeeper.spark_sink.crypto import (
+    FIELDS_ENV,
+    KEY_ENV,
+    AuditKeyError,
+    Sealer,
+    is_sealed,
+    new_key,
+)
 
 KEY = b"k" * 32
 json_values = st.recursive(

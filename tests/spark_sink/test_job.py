@@ -7,10 +7,10 @@ import asyncio
 
 import pytest
 
+from seqkeeper.spark_sink.audit import read_audit
+from seqkeeper.spark_sink.job import plan_topics, run_compact
+from seqkeeper.spark_sink.snapshots import read_snapshot
 from seqkeeper.topics import create_topics
-from spark_sink.audit import read_audit
-from spark_sink.job import plan_topics, run_compact
-from spark_sink.snapshots import read_snapshot
 from tests.spark_sink.test_snapshots import put
 
 pytestmark = pytest.mark.integration

@@ -9,8 +9,8 @@ import json
 import pytest
 from aiokafka import AIOKafkaProducer
 
+from seqkeeper.spark_sink.kafka_source import KafkaReader, read_kafka
 from seqkeeper.topics import create_topics, read_topic
-from spark_sink.kafka_source import KafkaReader, read_kafka
 
 pytestmark = pytest.mark.integration
 

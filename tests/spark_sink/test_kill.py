@@ -14,10 +14,10 @@ import time
 import orjson
 import pytest
 
+from seqkeeper.spark_sink.audit import read_audit
+from seqkeeper.spark_sink.job import run_compact
+from seqkeeper.spark_sink.snapshots import latest_run, read_snapshot
 from seqkeeper.topics import create_topics
-from spark_sink.audit import read_audit
-from spark_sink.job import run_compact
-from spark_sink.snapshots import latest_run, read_snapshot
 from tests.spark_sink.test_audit import send
 from tests.spark_sink.test_snapshots import put
 

@@ -8,10 +8,10 @@ from collections import defaultdict
 
 import pytest
 
+from seqkeeper.spark_sink.audit import compact_audit
+from seqkeeper.spark_sink.replay import Selection, replay
 from seqkeeper.topics import create_topics, read_topic
 from seqkeeper.workload import generate
-from spark_sink.audit import compact_audit
-from spark_sink.replay import Selection, replay
 from tests.spark_sink.test_audit import send
 
 pytestmark = pytest.mark.integration

@@ -9,8 +9,8 @@ import orjson
 import pytest
 from aiokafka import AIOKafkaProducer
 
+from seqkeeper.spark_sink.snapshots import compact_snapshots, latest_run, read_snapshot
 from seqkeeper.topics import create_topics
-from spark_sink.snapshots import compact_snapshots, latest_run, read_snapshot
 
 pytestmark = pytest.mark.integration
 
@@ -59,11 +59,11 @@ def test_snapshots_are_latest_per_key_incremental_and_atomic(
 
 def state_entries() -> list[tuple[bytes, bytes | None]]:
     """Real entries of both tables, as the workers write them."""
-    from processors.command import Entity, Outgoing, Receipt
-    from processors.deduplicator import Seen, SeenWindow
-    from processors.resequencer import KeyState
-    from state import codecs
-    from state import commands as cmd
+    from seqkeeper.processors.command import Entity, Outgoing, Receipt
+    from seqkeeper.processors.deduplicator import Seen, SeenWindow
+    from seqkeeper.processors.resequencer import KeyState
+    from seqkeeper.state import codecs
+    from seqkeeper.state import commands as cmd
 
     msg = b'{"messageId":"m7","seq":7,"type":"T","data":{"email":"a@b","n":7}}'
     ordered = [
@@ -87,9 +87,9 @@ def state_entries() -> list[tuple[bytes, bytes | None]]:
 
 
 def test_snapshots_are_decoded_and_optionally_encrypted(spark, broker, names, tmp_path) -> None:
-    from spark_sink.crypto import AuditKeyError, Sealer, is_sealed
-    from state import codecs
-    from state import commands as cmd
+    from seqkeeper.spark_sink.crypto import AuditKeyError, Sealer, is_sealed
+    from seqkeeper.state import codecs
+    from seqkeeper.state import commands as cmd
 
     state, commands = f"{names['app_id']}-state-changelog", f"{names['app_id']}-commands-changelog"
     asyncio.run(create_topics(broker.bootstrap, [state, commands], 2))

@@ -13,11 +13,11 @@ import pytest
 from typer.testing import CliRunner
 
 from seqkeeper.cli import app
+from seqkeeper.spark_sink.audit import compact_audit
+from seqkeeper.spark_sink.crypto import KEY_ENV, AuditKeyError, Sealer
+from seqkeeper.spark_sink.replay import Selection, replay
+from seqkeeper.spark_sink.store import MessageStore, cardinal_id, hash_64, member_of
 from seqkeeper.topics import create_topics, read_topic
-from spark_sink.audit import compact_audit
-from spark_sink.crypto import KEY_ENV, AuditKeyError, Sealer
-from spark_sink.replay import Selection, replay
-from spark_sink.store import MessageStore, cardinal_id, hash_64, member_of
 from tests.spark_sink.test_audit import send
 
 pytestmark = pytest.mark.integration

@@ -5,11 +5,11 @@ import orjson
 from hypothesis import given
 from hypothesis import strategies as st
 
-from processors.deduplicator import ALL_IDS, UNKNOWN, Seen, SeenWindow
-from processors.resequencer import KeyState
-from state import codecs
-from state.memory import MemoryStore
-from state.stores import ReorderBuffer
+from seqkeeper.processors.deduplicator import ALL_IDS, UNKNOWN, Seen, SeenWindow
+from seqkeeper.processors.resequencer import KeyState
+from seqkeeper.state import codecs
+from seqkeeper.state.memory import MemoryStore
+from seqkeeper.state.stores import ReorderBuffer
 
 
 @given(st.text(), st.text(), st.text(), st.text())

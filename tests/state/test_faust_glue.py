@@ -18,7 +18,7 @@ from faust.types import TP
 from hypothesis import given
 from hypothesis import strategies as st
 
-from state.faust_glue import HighwaterConsumer
+from seqkeeper.state.faust_glue import HighwaterConsumer
 
 Rec = namedtuple("Rec", "offset")
 CHANGELOG, INPUT = TP("app-state-changelog", 0), TP("in", 0)

@@ -16,7 +16,7 @@ from aiokafka.structs import ConsumerRecord, TopicPartition
 from hypothesis import given
 from hypothesis import strategies as st
 
-from state.fetch import RawPartitionRecords, RawTopics
+from seqkeeper.state.fetch import RawPartitionRecords, RawTopics
 
 AIOKAFKA = RawPartitionRecords.__bases__[0]  # aiokafka's own PartitionRecords
 TP = TopicPartition("in", 3)

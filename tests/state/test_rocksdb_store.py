@@ -19,8 +19,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from rocksdict import Options, Rdict
 
-from state.memory import MemoryStore
-from state.rocksdb import DEFERRED_KEPT, MEMTABLE_BLOOM, FaustRocksStore
+from seqkeeper.state.memory import MemoryStore
+from seqkeeper.state.rocksdb import DEFERRED_KEPT, MEMTABLE_BLOOM, FaustRocksStore
 
 
 class FakeDB:

@@ -8,12 +8,12 @@ import gc
 from hypothesis import given
 from hypothesis import strategies as st
 
-from processors.deduplicator import Seen, SeenWindow
-from processors.envelope import Message
-from processors.resequencer import KeyState, Step
-from state import codecs
-from state.memory import MemoryStore
-from state.stores import Stores
+from seqkeeper.processors.deduplicator import Seen, SeenWindow
+from seqkeeper.processors.envelope import Message
+from seqkeeper.processors.resequencer import KeyState, Step
+from seqkeeper.state import codecs
+from seqkeeper.state.memory import MemoryStore
+from seqkeeper.state.stores import Stores
 
 
 class LogStore(MemoryStore):

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import orjson
 
-from processors.command import Command, Event, Registry
-from processors.inventory import registry
+from seqkeeper.processors.command import Command, Event, Registry
+from seqkeeper.processors.inventory import registry
 from seqkeeper.settings import Settings
-from state.commands import CommandStore
-from state.memory import MemoryStore
-from topologies.commands import CommandTopology
+from seqkeeper.state.commands import CommandStore
+from seqkeeper.state.memory import MemoryStore
+from seqkeeper.topologies.commands import CommandTopology
 
 SETTINGS = Settings(broker="unused", topology="commands", command_retry_delay=1.0)
 

@@ -24,13 +24,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from seqkeeper.settings import Settings
+from seqkeeper.state.memory import MemoryStore
+from seqkeeper.state.stores import Stores
 from seqkeeper.topics import Record
+from seqkeeper.topologies.ordered import OrderedTopology
+from seqkeeper.topologies.shell import Batch
 from seqkeeper.verify import verify
 from seqkeeper.workload import generate
-from state.memory import MemoryStore
-from state.stores import Stores
-from topologies.ordered import OrderedTopology
-from topologies.shell import Batch
 
 TOPICS = ("ordered", "deduped", "dlq", "late")
 

@@ -7,9 +7,9 @@ import gc
 import orjson
 
 from seqkeeper.settings import Settings
-from state.memory import MemoryStore
-from state.stores import Stores
-from topologies.ordered import OrderedTopology
+from seqkeeper.state.memory import MemoryStore
+from seqkeeper.state.stores import Stores
+from seqkeeper.topologies.ordered import OrderedTopology
 
 
 def event(seq: int, ts: object) -> bytes:

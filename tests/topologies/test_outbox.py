@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from topologies.shell import Batch, OutboxOwner, install_outbox, relieve
+from seqkeeper.topologies.shell import Batch, OutboxOwner, install_outbox, relieve
 
 
 class Topology(OutboxOwner):
