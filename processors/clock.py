@@ -3,8 +3,8 @@
 While a partition has a backlog, its stream time follows the timestamps of
 the records as they are processed, so a gap is timed by how far the data has
 moved past it, not by how long the worker needs to read the backlog (with a
-wall clock, a worker catching up on 100,000 records gave up hundreds of gaps
-whose missing message was only a few thousand records further on). Once the
+wall clock, a worker catching up on a backlog would give up gaps whose
+missing message is only a little further on in that backlog). Once the
 partition is caught up (nothing left to read) and has been quiet for
 ``IDLE_GRACE`` seconds, stream time moves on with the wall clock, so a
 permanent gap at the end of the data still times out.

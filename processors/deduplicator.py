@@ -15,8 +15,8 @@ unless the window vouches that it is new: it keeps a 128-bit filter
 every id it remembers (and maybe of some it forgot), so an id with a bit
 missing was never accepted within it. With a few dozen ids per key most new
 ids need no read (a RocksDB lookup that misses, the most common read of the
-hot path); a key that remembers many ids fills its filter and reads as
-before.
+hot path); a key that remembers many ids fills its filter and then reads
+the store for every id, as without a filter.
 
 Crash replays: each remembered id keeps the input position (``source``, the
 offset in its partition) of the copy that was accepted. When that very

@@ -2,11 +2,10 @@
 
 For the type checker a ``@value`` class is a frozen dataclass (assigning a
 field is a mypy error: ``dataclass_transform(frozen_default=True)``). At run
-time it is a slotted dataclass without frozen's per-field guard: building a
-frozen dataclass costs about four times as much (every field goes through
-``object.__setattr__``), and the hot path builds several per message (13 %
-of the ordered topology's per-message cost, issue 7). Equality and hashing
-are by value, as for a frozen dataclass.
+time it is a slotted dataclass without frozen's per-field guard: a frozen
+dataclass sets every field through ``object.__setattr__`` when it is built,
+and the hot path builds several per message. Equality and hashing are by
+value, as for a frozen dataclass.
 """
 
 from __future__ import annotations
