@@ -1,15 +1,15 @@
 """Producing ordered records as whole record batches.
 
 One ``send`` per record costs a future, callbacks and Faust's publish path
-each time (about a third of a busy worker's time when every message makes
-several changelog writes and outputs). Here the records of an outbox cycle
-are grouped per topic-partition, in order, into aiokafka record batches
-(``create_batch`` / ``send_batch``): one future per batch. Order within a
-partition is kept (aiokafka enqueues a partition's batches behind one
-another), and a crash leaves a prefix of each partition's records, as
-before. Records without an explicit partition go where aiokafka's default
+each time, and a busy worker makes several changelog writes and outputs
+per message. Here the records of an outbox cycle are grouped per
+topic-partition, in order, into aiokafka record batches (``create_batch`` /
+``send_batch``): one future per batch. Order within a partition is kept
+(aiokafka enqueues a partition's batches behind one another), and a crash
+leaves a prefix of each partition's records, as with one ``send`` per
+record. Records without an explicit partition go where aiokafka's default
 partitioner (murmur2 of the key, as the Java client) would put them, so the
-key → partition mapping is unchanged.
+key → partition mapping is the same as a plain ``send``'s.
 """
 
 from __future__ import annotations

@@ -121,9 +121,9 @@ MESSAGES_HELD = 100_000
 Slot = tuple[int, str]  # (partition, key)
 #: A held message: its partition, then its fields after its key. A plain
 #: tuple, which the garbage collector stops tracking (a Message stays
-#: tracked: one per message, kept until its confirmation, made every
+#: tracked: one per message, kept until its confirmation, would make every
 #: collection longer). Held by the buffer entry's store key (bytes: a
-#: ``(partition, key, seq)`` key was one more tracked tuple per message);
+#: ``(partition, key, seq)`` key would be one more tracked tuple per message);
 #: the same store key in another partition replaces it, which only costs
 #: that lookup a store read.
 HeldMessage = tuple[int, str, int, str, bytes, float | None]
