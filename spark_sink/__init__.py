@@ -1,2 +1,2 @@
 """The batch side: PySpark jobs that compact changelog and output topics into
-Parquet for audit and replay (see the Spark sink issue; not built yet)."""
+Parquet for audit and replay."""

@@ -1,15 +1,16 @@
 """Kafka as a Spark 4 Python Data Source (``spark.read.format("seqkafka")``).
 
-The Spark Kafka connector jar cannot be downloaded here, so this source
-mirrors the built-in one (``format("kafka")``, a name Spark reserves) in pure
-Python: same output schema (``key, value, topic, partition, offset,
-timestamp, timestampType`` and ``headers`` when ``includeHeaders`` is true),
-same options (``kafka.bootstrap.servers``, ``subscribe`` or ``assign``,
-``startingOffsets`` / ``endingOffsets`` as ``earliest`` / ``latest`` or JSON
-per partition with -2 = earliest and -1 = latest), one Spark partition per
-Kafka partition (split every ``maxRecordsPerPartition`` records), Arrow
-record batches. A user with the connector jar switches with one option:
-:func:`read_kafka` ``(format="kafka")``.
+So that reading Kafka needs no Spark Kafka connector jar on the classpath,
+this source mirrors the built-in one (``format("kafka")``, a name Spark
+reserves) in pure Python: same output schema (``key, value, topic,
+partition, offset, timestamp, timestampType`` and ``headers`` when
+``includeHeaders`` is true), same options (``kafka.bootstrap.servers``,
+``subscribe`` or ``assign``, ``startingOffsets`` / ``endingOffsets`` as
+``earliest`` / ``latest`` or JSON per partition with -2 = earliest and -1 =
+latest), one Spark partition per Kafka partition (split every
+``maxRecordsPerPartition`` records), Arrow record batches. A user with
+the connector jar switches with one option: :func:`read_kafka`
+``(format="kafka")``.
 
 End offsets are exact on both brokers: ``latest`` is the fetch high
 watermark (:mod:`state.offsets`), not ListOffsets, which the embedded
