@@ -6,14 +6,15 @@ settings), and the outbox cycle every ``--cycle`` records as the shell runs
 it (take, local writes, changelog and output record batches built with
 aiokafka's own builder, confirm) — everything but the sockets and Faust's consumer. It prints
 microseconds per record, where the cycle's share goes, and the time spent
-in garbage collections. (The limit's own per-record work — decode, encode,
-append to a record batch — is about 1 µs: its ~18 µs per record at the
-broker are aiokafka's consumer and per-record ``send``; no broker-free
-baseline compares.)
+in garbage collections. (No broker-free baseline compares: the limit's own
+per-record work — decode, encode, append to a record batch — is a small
+part of its cost at the broker, which is aiokafka's consumer and
+per-record ``send``.)
 
 ``--instructions`` counts instead, with valgrind's cachegrind: the program
 is run once with the loop and once without, and the difference is divided
-by the records (reproducible to about 0.2 %; memory stalls are not counted).
+by the records (a count, so it repeats from run to run where wall time
+does not; memory stalls are not counted).
 """
 
 from __future__ import annotations
@@ -87,7 +88,7 @@ def _table(directory: Path, settings: Settings) -> Any:
     """The parts of a Faust table on RocksDB that ``FaustRocksStore`` uses."""
     from faust.stores.rocksdb import RocksDBOptions
 
-    given: dict[str, Any] = dict(settings.rocksdb_options())
+    given: dict[str, Any] = dict(settings.runtime.rocksdb_options())
     options = RocksDBOptions(**given)
     dbs: dict[int, Any] = {}
     persisted: dict[int, int] = {}
@@ -183,7 +184,7 @@ class GcTime:
 def _setup(args: argparse.Namespace) -> tuple[Settings, Records, list[int]]:
     """Settings, the workload and each record's partition; the interpreter
     tuned as the worker's (thresholds, frozen start-up objects)."""
-    settings = Settings(broker="-", gap_timeout=3600.0)
+    settings = Settings.of(bootstrap="-", gap_timeout=3600.0)
     records, _ = workload(args.messages, args.keys)
     partitions = _partitions(records)
     tune_interpreter(settings)

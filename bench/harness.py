@@ -330,8 +330,8 @@ class Bench:
         # given up would turn its late message into a dead letter and the
         # ordered output would never reach the expected count.
         over.setdefault("gap_timeout", 3600.0)
-        return Settings(
-            broker=self.bootstrap,
+        return Settings.of(
+            bootstrap=self.bootstrap,
             app_id=tag,
             input_topic=f"{tag}.in",
             ordered_topic=f"{tag}.ordered",
@@ -352,16 +352,16 @@ class Bench:
         self.topics(s.topics())
         records = self.records if records is None else records
         distinct = self.distinct if distinct is None else distinct
-        asyncio.run(publish(self.bootstrap, s.input_topic, records))
+        asyncio.run(publish(self.bootstrap, s.ordered.input_topic, records))
         w = WorkerProcess(s, self.workdir / f"{tag}.log", "warning").start()
         try:
             rate, _ = measure_output(
                 self.bootstrap,
-                s.ordered_topic,
+                s.ordered.ordered_topic,
                 distinct,
                 lambda: w.proc is not None and w.proc.poll() is None,
                 self.timeout(distinct),
-                start_on=[f"{s.group_id}-state-changelog", s.deduped_topic],
+                start_on=[f"{s.group_id}-state-changelog", s.ordered.deduped_topic],
             )
         finally:
             w.stop()
@@ -380,12 +380,14 @@ class Bench:
         w = WorkerProcess(s, self.workdir / f"{tag}.log", "warning").start()
         try:
             lat = asyncio.run(
-                self._latency(s.input_topic, s.ordered_topic, rate, self.sizes.latency_seconds)
+                self._latency(
+                    s.ordered.input_topic, s.ordered.ordered_topic, rate, self.sizes.latency_seconds
+                )
             )
         finally:
             w.stop()
         figure = _latency_figure(f"seqkeeper, latency p99 at {rate:,.0f} msg/s, in order", lat)
-        figure.detail["fetch max wait ms"] = s.fetch_wait_ms()
+        figure.detail["fetch max wait ms"] = s.runtime.fetch_wait_ms()
         return figure
 
     def limit_latency(self, rate: float, write_ahead: bool = False) -> Figure:
@@ -401,8 +403,17 @@ class Bench:
         self.topics([src, dst, log] if write_ahead else [src, dst])
         # it fetches with the worker's fetch wait: with aiokafka's 500 ms the
         # embedded broker holds a fetch that finds nothing that long
-        wait = self.settings(tag).fetch_wait_ms()
-        cmd = [sys.executable, "-m", "seqkeeper.bench.limit", self.bootstrap, src, dst, tag, str(wait)]
+        wait = self.settings(tag).runtime.fetch_wait_ms()
+        cmd = [
+            sys.executable,
+            "-m",
+            "seqkeeper.bench.limit",
+            self.bootstrap,
+            src,
+            dst,
+            tag,
+            str(wait),
+        ]
         with process(cmd + [log] if write_ahead else cmd, {}, self.workdir / f"{tag}.log"):
             lat = asyncio.run(self._latency(src, dst, rate, self.sizes.latency_seconds))
         what = "limit + write-ahead" if write_ahead else "limit: plain aiokafka"
@@ -485,13 +496,13 @@ class Bench:
             max_buffered_total=max(1_000_000, depth * 4),
         )
         self.topics(s.topics())
-        asyncio.run(publish(self.bootstrap, s.input_topic, stuck))
+        asyncio.run(publish(self.bootstrap, s.ordered.input_topic, stuck))
         w = WorkerProcess(s, self.workdir / f"{tag}.log", "warning").start()
         try:
             # the stuck key is buffered when its messages reached the deduped output
             measure_output(
                 self.bootstrap,
-                s.deduped_topic,
+                s.ordered.deduped_topic,
                 len(stuck),
                 lambda: w.proc.poll() is None,
                 self.timeout(len(stuck)),
@@ -502,11 +513,13 @@ class Bench:
             # publication, the worker had done ~40 % of the work unclocked.
             rate, counted = measure_output(
                 self.bootstrap,
-                s.ordered_topic,
+                s.ordered.ordered_topic,
                 self.distinct,
                 lambda: w.proc.poll() is None,
                 self.timeout(self.distinct),
-                feed=lambda: asyncio.run(publish(self.bootstrap, s.input_topic, self.records)),
+                feed=lambda: asyncio.run(
+                    publish(self.bootstrap, s.ordered.input_topic, self.records)
+                ),
             )
         finally:
             w.stop()
@@ -530,11 +543,15 @@ class Bench:
             (f"s{k:07d}".encode(), orjson.dumps({"messageId": f"s{k}", "seq": 1, "type": "t"}))
             for k in range(n)
         ]
-        asyncio.run(publish(self.bootstrap, s.input_topic, records))
+        asyncio.run(publish(self.bootstrap, s.ordered.input_topic, records))
         w = WorkerProcess(s, self.workdir / f"{tag}.log", "warning").start()
         try:
             measure_output(
-                self.bootstrap, s.ordered_topic, n, lambda: w.proc.poll() is None, self.timeout(n)
+                self.bootstrap,
+                s.ordered.ordered_topic,
+                n,
+                lambda: w.proc.poll() is None,
+                self.timeout(n),
             )
             rss = _peak_rss_mb(w.pid)
         finally:
@@ -546,12 +563,12 @@ class Bench:
             asyncio.run(
                 publish(
                     self.bootstrap,
-                    s.input_topic,
+                    s.ordered.input_topic,
                     [(b"s0000000", orjson.dumps({"messageId": "again", "seq": 2, "type": "t"}))],
                 )
             )
             measure_output(
-                self.bootstrap, s.ordered_topic, n + 1, lambda: w.proc.poll() is None, 600
+                self.bootstrap, s.ordered.ordered_topic, n + 1, lambda: w.proc.poll() is None, 600
             )
             took = time.monotonic() - t0
             rss = max(rss, _peak_rss_mb(w.pid))

@@ -28,6 +28,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Self
 
+from seqkeeper.settings import VARS
+
 
 def die_with_parent() -> None:  # pragma: no cover - runs in the child
     """Linux: SIGTERM the broker when its parent dies, even by SIGKILL, so no
@@ -186,7 +188,7 @@ class EmbeddedBroker(_BrokerProcess):
 
 def kafka_home_from_env() -> Path | None:
     """The Apache Kafka distribution named by ``KAFKA_HOME``, if set."""
-    home = os.environ.get("KAFKA_HOME", "").strip()
+    home = VARS["kafka_home"].read(os.environ).strip()
     return Path(home) if home else None
 
 

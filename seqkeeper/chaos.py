@@ -159,7 +159,7 @@ class Chaos:
         # Input is published over minutes while workers die: a long gap
         # timeout keeps displaced messages from being given up as late
         # arrivals (a policy, tested elsewhere), so every message must show.
-        self.base = base.with_overrides(gap_timeout=max(base.gap_timeout, 600.0))
+        self.base = base.with_overrides(gap_timeout=max(base.ordered.gap_timeout, 600.0))
         self.workdir = workdir
         self.scale = scale
         self.local = local
@@ -190,19 +190,21 @@ class Chaos:
     def prepared(self, scenario: str, *extra_topics: str, **over: object) -> Settings:
         """:meth:`settings` with the topics created."""
         s = self.settings(scenario, **over)
-        asyncio.run(create_topics(s.broker, [*s.topics(), *extra_topics], s.partitions))
+        asyncio.run(
+            create_topics(s.broker.bootstrap, [*s.topics(), *extra_topics], s.broker.partitions)
+        )
         return s
 
     def worker(self, settings: Settings, name: str) -> WorkerProcess:
-        settings.data_dir.mkdir(parents=True, exist_ok=True)
-        return WorkerProcess(settings, settings.data_dir.parent / f"{name}.log").start()
+        settings.runtime.data_dir.mkdir(parents=True, exist_ok=True)
+        return WorkerProcess(settings, settings.runtime.data_dir.parent / f"{name}.log").start()
 
     def say(self, text: str) -> None:
         self.console.log(text)
 
     @staticmethod
     def ends(settings: Settings, topic: str) -> dict[int, int]:
-        got = asyncio.run(end_offsets_of(settings.broker, [topic]))
+        got = asyncio.run(end_offsets_of(settings.broker.bootstrap, [topic]))
         return {tp.partition: end for tp, end in got.items()}
 
     def until_output(
@@ -245,7 +247,9 @@ class Chaos:
         def run() -> None:
             t0 = time.monotonic()
             for i in range(batches):
-                asyncio.run(publish(settings.broker, topic, records[i * size : (i + 1) * size]))
+                asyncio.run(
+                    publish(settings.broker.bootstrap, topic, records[i * size : (i + 1) * size])
+                )
                 time.sleep(max(0.0, t0 + (i + 1) * seconds / batches - time.monotonic()))
 
         thread = threading.Thread(target=run, daemon=True)
@@ -267,10 +271,10 @@ class Chaos:
         messages (cheap: end offsets), then poll the full verification."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if sum(self.ends(settings, settings.deduped_topic).values()) >= expect_accepted:
+            if sum(self.ends(settings, settings.ordered.deduped_topic).values()) >= expect_accepted:
                 break
             time.sleep(1.0)
-        cache = TopicCache(settings.broker)
+        cache = TopicCache(settings.broker.bootstrap)
         while True:
             report = asyncio.run(verify_topics(settings, drained=True, cache=cache))
             if report.ok:
@@ -319,25 +323,31 @@ class Chaos:
         work = generate(messages=sc.messages, keys=sc.keys, malformed=24, seed=self.seed)
         out = Outcome("kill -9 the worker", messages=len(work.records))
         # input flows during the kills (about 20 s per cycle)
-        publisher = self.publish_in_background(s, s.input_topic, work.records, sc.kills * 20.0)
-        finished = self.all_out(s, s.deduped_topic, work.messages)
+        publisher = self.publish_in_background(
+            s, s.ordered.input_topic, work.records, sc.kills * 20.0
+        )
+        finished = self.all_out(s, s.ordered.deduped_topic, work.messages)
         for i in range(sc.kills):
-            since = self.ends(s, s.ordered_topic)
+            since = self.ends(s, s.ordered.ordered_topic)
             w = self.worker(s, f"worker-{i}")
             if self.rng.random() < 0.25:  # during start-up or recovery
                 time.sleep(self.rng.uniform(0.5, 4.0))
             else:
-                out.recovered(self.until_output(s, s.ordered_topic, since, worker=w, done=finished))
+                out.recovered(
+                    self.until_output(s, s.ordered.ordered_topic, since, worker=w, done=finished)
+                )
                 time.sleep(self.rng.uniform(0.0, 6.0))
             w.check_alive()
             w.kill()
             out.faults += 1
             self.say(f"  kill -9 #{out.faults}")
         publisher.join()
-        since = self.ends(s, s.ordered_topic)
+        since = self.ends(s, s.ordered.ordered_topic)
         w = self.worker(s, "worker-final")
         try:
-            out.recovered(self.until_output(s, s.ordered_topic, since, worker=w, done=finished))
+            out.recovered(
+                self.until_output(s, s.ordered.ordered_topic, since, worker=w, done=finished)
+            )
             report = self.verified(s, self.drain_timeout(work.messages), work.messages, w)
             w.check_alive()
         finally:
@@ -354,10 +364,12 @@ class Chaos:
         work = generate(messages=sc.others // 2, keys=sc.keys, malformed=8, seed=self.seed + 1)
         out.messages = len(work.records)
         # input flows before, during and after the freeze
-        publisher = self.publish_in_background(s, s.input_topic, work.records, sc.freeze + 20.0)
+        publisher = self.publish_in_background(
+            s, s.ordered.input_topic, work.records, sc.freeze + 20.0
+        )
         w = self.worker(s, "worker")
         try:
-            self.until_output(s, s.ordered_topic, {}, worker=w)
+            self.until_output(s, s.ordered.ordered_topic, {}, worker=w)
             time.sleep(2.0)
             self.local.pause()
             self.say(f"  broker frozen for {sc.freeze:.0f}s")
@@ -366,8 +378,10 @@ class Chaos:
             finally:
                 self.local.resume()
             out.faults = 1
-            since = self.ends(s, s.ordered_topic)
-            out.recovered(self.until_output(s, s.ordered_topic, since, worker=w, timeout=120))
+            since = self.ends(s, s.ordered.ordered_topic)
+            out.recovered(
+                self.until_output(s, s.ordered.ordered_topic, since, worker=w, timeout=120)
+            )
             publisher.join()
             report = self.verified(s, self.drain_timeout(work.messages), work.messages, w)
             if w.proc is not None and w.proc.poll() is not None:
@@ -382,21 +396,21 @@ class Chaos:
         work = generate(messages=sc.others, keys=sc.keys, malformed=8, seed=self.seed + 2)
         out = Outcome("two workers, one killed", messages=len(work.records))
         # input keeps flowing on every partition across the failover
-        publisher = self.publish_in_background(s, s.input_topic, work.records, 60.0)
-        a_settings = s.with_overrides(data_dir=s.data_dir / "a")
-        b_settings = s.with_overrides(data_dir=s.data_dir / "b")
+        publisher = self.publish_in_background(s, s.ordered.input_topic, work.records, 60.0)
+        a_settings = s.with_overrides(data_dir=s.runtime.data_dir / "a")
+        b_settings = s.with_overrides(data_dir=s.runtime.data_dir / "b")
         a = self.worker(a_settings, "worker-a")
         b = self.worker(b_settings, "worker-b")
         try:
             # both own partitions: every partition flows
-            self.until_output(s, s.ordered_topic, {}, every_partition=True, worker=b)
+            self.until_output(s, s.ordered.ordered_topic, {}, every_partition=True, worker=b)
             time.sleep(self.rng.uniform(1.0, 3.0))
-            since = self.ends(s, s.ordered_topic)
+            since = self.ends(s, s.ordered.ordered_topic)
             a.kill()
             out.faults += 1
             self.say("  kill -9 worker a; b takes over")
             out.recovered(
-                self.until_output(s, s.ordered_topic, since, every_partition=True, worker=b)
+                self.until_output(s, s.ordered.ordered_topic, since, every_partition=True, worker=b)
             )
             time.sleep(2.0)
             a = self.worker(a_settings, "worker-a-again")
@@ -421,7 +435,7 @@ class Chaos:
         )
         phases = _phases(work.records, 3)
         out = Outcome("local state deleted, then corrupted", messages=len(work.records))
-        asyncio.run(publish(s.broker, s.input_topic, phases[0]))
+        asyncio.run(publish(s.broker.bootstrap, s.ordered.input_topic, phases[0]))
         published = list(phases[0])
         w = self.worker(s, "worker-0")
         accepted = len(phases[0])
@@ -432,7 +446,7 @@ class Chaos:
         for step, (fault, phase) in enumerate(
             [("deleted", phases[1]), ("corrupted", phases[2])], start=1
         ):
-            dbs = sorted(s.data_dir.rglob("*.db"))
+            dbs = sorted(s.runtime.data_dir.rglob("*.db"))
             if not dbs:
                 out.fail(f"no local RocksDB to {fault[:-1]}")
             for db in dbs:
@@ -442,15 +456,15 @@ class Chaos:
                     _corrupt(db)
             out.faults += 1
             self.say(f"  local state {fault}")
-            since = self.ends(s, s.ordered_topic)
+            since = self.ends(s, s.ordered.ordered_topic)
             w = self.worker(s, f"worker-{step}")
             # the new phase continues every key, plus redeliveries of old messages
             again = self.rng.sample(published, min(50, len(published)))
-            asyncio.run(publish(s.broker, s.input_topic, phase + again))
+            asyncio.run(publish(s.broker.bootstrap, s.ordered.input_topic, phase + again))
             published += phase
             accepted += len(phase)
             try:
-                out.recovered(self.until_output(s, s.ordered_topic, since, worker=w))
+                out.recovered(self.until_output(s, s.ordered.ordered_topic, since, worker=w))
                 report = self.verified(s, self.drain_timeout(accepted), accepted, w)
                 w.check_alive()
             finally:
@@ -465,17 +479,17 @@ class Chaos:
     def scenario_corpus(self) -> Outcome:
         out = Outcome("bad-input corpus")
         s = self.prepared("corpus")
-        cases = ordered_cases(s.app_id)
+        cases = ordered_cases(s.runtime.app_id)
         work = generate(messages=self.scale.others // 4, keys=20, malformed=0, seed=self.seed)
         w = self.worker(s, "worker")
         try:
             records = _case_records(cases)
-            asyncio.run(_send(s.broker, s.input_topic, records))
-            asyncio.run(publish(s.broker, s.input_topic, work.records))
+            asyncio.run(_send(s.broker.bootstrap, s.ordered.input_topic, records))
+            asyncio.run(publish(s.broker.bootstrap, s.ordered.input_topic, work.records))
             report = self.verified(s, self.drain_timeout(work.messages), work.messages, w)
             self.ordered_result(out, report)
-            dlq = asyncio.run(read_topic(s.broker, s.dlq_topic))
-            ordered = asyncio.run(read_topic(s.broker, s.ordered_topic))
+            dlq = asyncio.run(read_topic(s.broker.bootstrap, s.ordered.dlq_topic))
+            ordered = asyncio.run(read_topic(s.broker.bootstrap, s.ordered.ordered_topic))
             for case, problem in _check_ordered_cases(cases, dlq, ordered):
                 out.fail(f"{case.name}: {problem}")
             w.check_alive()
@@ -484,25 +498,27 @@ class Chaos:
         out.faults += len(cases)
         out.messages = len(records) + len(work.records)
         cmd = self.settings("corpus-commands", topology="commands")
-        replies = f"{cmd.command_topic}.replies"
-        asyncio.run(create_topics(cmd.broker, [*cmd.topics(), replies], cmd.partitions))
-        ccases = command_cases(cmd.app_id, replies)
+        replies = f"{cmd.commands.command_topic}.replies"
+        asyncio.run(
+            create_topics(cmd.broker.bootstrap, [*cmd.topics(), replies], cmd.broker.partitions)
+        )
+        ccases = command_cases(cmd.runtime.app_id, replies)
         cw = self.worker(cmd, "command-worker")
         try:
             records = _case_records(ccases)
-            asyncio.run(_send(cmd.broker, cmd.command_topic, records))
+            asyncio.run(_send(cmd.broker.bootstrap, cmd.commands.command_topic, records))
             expected_out = sum(1 for c in ccases if c.expect.startswith("reply:"))
             expected_dlq = len(ccases) - expected_out
             deadline = time.monotonic() + 120
             while time.monotonic() < deadline:
                 got = sum(self.ends(cmd, replies).values())
-                dead = sum(self.ends(cmd, cmd.command_dlq_topic).values())
+                dead = sum(self.ends(cmd, cmd.commands.command_dlq_topic).values())
                 if got >= expected_out and dead >= expected_dlq:
                     break
                 cw.check_alive()
                 time.sleep(0.5)
-            dlq = asyncio.run(read_topic(cmd.broker, cmd.command_dlq_topic))
-            answers = asyncio.run(read_topic(cmd.broker, replies))
+            dlq = asyncio.run(read_topic(cmd.broker.bootstrap, cmd.commands.command_dlq_topic))
+            answers = asyncio.run(read_topic(cmd.broker.bootstrap, replies))
             out.dead_lettered += len(dlq)
             for case, problem in _check_command_cases(ccases, dlq, answers):
                 out.fail(f"{case.name}: {problem}")
@@ -518,12 +534,12 @@ class Chaos:
 
         sc = self.scale
         s = self.settings("commands", topology="commands")
-        replies = f"{s.command_topic}.replies"
-        asyncio.run(create_topics(s.broker, [*s.topics(), replies], s.partitions))
+        replies = f"{s.commands.command_topic}.replies"
+        asyncio.run(create_topics(s.broker.bootstrap, [*s.topics(), replies], s.broker.partitions))
         work = storm(commands=sc.commands, reply_to=replies, seed=self.seed)
         out = Outcome("kill -9 the command worker", messages=len(work.records))
         publisher = self.publish_in_background(
-            s, s.command_topic, work.records, sc.command_kills * 20.0
+            s, s.commands.command_topic, work.records, sc.command_kills * 20.0
         )
         # every record but the poison is answered (copies too)
         finished = self.all_out(s, replies, len(work.records) - work.poison)

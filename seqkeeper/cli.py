@@ -11,7 +11,7 @@ from typing import Annotated, Any, Optional
 import typer
 
 from seqkeeper.broker import EmbeddedBroker
-from seqkeeper.settings import Settings
+from seqkeeper.settings import VARS, SettingError, Settings
 
 app = typer.Typer(
     help="seqkeeper: ordered, deduplicated, trustworthy Kafka topics.",
@@ -19,32 +19,35 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
-BrokerOpt = Annotated[
-    Optional[str],
-    typer.Option(
-        "--broker",
-        "-b",
-        help="Kafka bootstrap servers \\[env KAFKA_BOOTSTRAP_SERVERS]; "
-        "empty: start a broker (Apache Kafka from KAFKA_HOME, else the embedded one).",
-    ),
-]
 
-InputTopicOpt = Annotated[Optional[str], typer.Option(help="\\[env SEQKEEPER_INPUT_TOPIC]")]
-OrderedTopicOpt = Annotated[Optional[str], typer.Option(help="\\[env SEQKEEPER_ORDERED_TOPIC]")]
-DedupedTopicOpt = Annotated[Optional[str], typer.Option(help="\\[env SEQKEEPER_DEDUPED_TOPIC]")]
-DlqTopicOpt = Annotated[Optional[str], typer.Option(help="\\[env SEQKEEPER_DLQ_TOPIC]")]
+def flag(name: str, *decls: str, **kw: Any) -> Any:
+    """The option of the declared variable ``name`` (seqkeeper.settings):
+    its help, environment variable and default come from the declaration."""
+    return typer.Option(*decls, help=VARS[name].flag_help(), **kw)
+
+
+BrokerOpt = Annotated[Optional[str], flag("bootstrap", "--broker", "-b")]
+AppIdOpt = Annotated[Optional[str], flag("app_id")]
+InputTopicOpt = Annotated[Optional[str], flag("input_topic")]
+OrderedTopicOpt = Annotated[Optional[str], flag("ordered_topic")]
+DedupedTopicOpt = Annotated[Optional[str], flag("deduped_topic")]
+DlqTopicOpt = Annotated[Optional[str], flag("dlq_topic")]
+
+
+def settings_of(**overrides: Any) -> Settings:
+    """The environment's settings with the given flags; a bad value, in the
+    environment or in a flag, is one line and exit 2, not a traceback."""
+    try:
+        return Settings.of(**overrides)
+    except SettingError as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(2) from None
 
 
 @app.command()
 def broker(
     port: Annotated[int, typer.Option(help="Port on 127.0.0.1; 0 picks a free one.")] = 0,
-    kafka_home: Annotated[
-        Optional[Path],
-        typer.Option(
-            help="Run Apache Kafka from this distribution directory instead of the "
-            "embedded broker \\[env KAFKA_HOME]."
-        ),
-    ] = None,
+    kafka_home: Annotated[Optional[Path], flag("kafka_home")] = None,
 ) -> None:
     """Run a broker in the foreground: the embedded one (Tansu, memory only),
     or a fresh single-node Apache Kafka from KAFKA_HOME."""
@@ -76,53 +79,58 @@ def broker(
         pass  # has stopped the broker
 
 
+@app.command(name="settings")
+def show_settings(
+    markdown: Annotated[
+        bool, typer.Option(help="Print the README's configuration table instead.")
+    ] = False,
+) -> None:
+    """Every setting: its variable, the value in effect and where it comes
+    from (the environment or the default), a table per group."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from seqkeeper.settings import GROUPS, effective, markdown_table
+
+    if markdown:
+        typer.echo(markdown_table(), nl=False)
+        return
+    settings_of()  # a bad value is one clear line
+    console = Console()
+    rows = list(effective())
+    for group, cls in GROUPS.items():
+        table = Table(title=f"{group}: {(cls.__doc__ or '').strip()}", title_justify="left")
+        for column in ("variable", "value", "from"):
+            table.add_column(column)
+        for v, text, source in rows:
+            if v.group == group:
+                unit = f" {v.unit}" if v.unit and text else ""
+                table.add_row(v.env, (text or "(empty)") + unit, source)
+        console.print(table)
+
+
 @app.command()
 def worker(
     broker: BrokerOpt = None,
-    data_dir: Annotated[
-        Optional[Path], typer.Option(help="RocksDB directory \\[env SEQKEEPER_DATA_DIR].")
-    ] = None,
-    web_port: Annotated[
-        Optional[int], typer.Option(help="Web port; 0 = a free port \\[env SEQKEEPER_WEB_PORT].")
-    ] = None,
-    app_id: Annotated[
-        Optional[str], typer.Option(help="Application id \\[env SEQKEEPER_APP_ID].")
-    ] = None,
-    partitions: Annotated[
-        Optional[int], typer.Option(help="Topic partitions \\[env SEQKEEPER_PARTITIONS].")
-    ] = None,
+    data_dir: Annotated[Optional[Path], flag("data_dir")] = None,
+    web_port: Annotated[Optional[int], flag("web_port")] = None,
+    app_id: AppIdOpt = None,
+    partitions: Annotated[Optional[int], flag("partitions", min=1)] = None,
     input_topic: InputTopicOpt = None,
     ordered_topic: OrderedTopicOpt = None,
     deduped_topic: DedupedTopicOpt = None,
     dlq_topic: DlqTopicOpt = None,
-    session_timeout: Annotated[
-        Optional[float], typer.Option(help="Seconds \\[env SEQKEEPER_SESSION_TIMEOUT].")
-    ] = None,
-    log_level: Annotated[Optional[str], typer.Option(help="\\[env SEQKEEPER_LOG_LEVEL]")] = None,
-    topology: Annotated[
-        Optional[str],
-        typer.Option(help="ordered (default) or commands \\[env SEQKEEPER_TOPOLOGY]."),
-    ] = None,
-    broker_wait: Annotated[
-        Optional[float],
-        typer.Option(
-            min=0,
-            help="Seconds to wait for the broker at start before exiting 1 "
-            "\\[env SEQKEEPER_BROKER_WAIT, default 300].",
-        ),
-    ] = None,
+    session_timeout: Annotated[Optional[float], flag("session_timeout", min=0)] = None,
+    log_level: Annotated[Optional[str], flag("log_level")] = None,
+    topology: Annotated[Optional[str], flag("topology")] = None,
+    broker_wait: Annotated[Optional[float], flag("broker_wait", min=0)] = None,
 ) -> None:
     """Run the long-running worker (Ctrl-C or SIGTERM stops it gracefully)."""
     from seqkeeper.worker import run_worker
 
-    try:
-        defaults = Settings()
-    except ValueError as e:  # a bad setting in the environment: one line, no traceback
-        typer.echo(f"error: {e}", err=True)
-        raise typer.Exit(2) from None
     run_worker(
-        defaults.with_overrides(
-            broker=broker,
+        settings_of(
+            bootstrap=broker,
             data_dir=data_dir,
             web_port=web_port,
             app_id=app_id,
@@ -148,9 +156,7 @@ def compact(
         "warehouse"
     ),
     master: Annotated[str, typer.Option(help="Spark master.")] = "local[*]",
-    app_id: Annotated[
-        Optional[str], typer.Option(help="Application id \\[env SEQKEEPER_APP_ID].")
-    ] = None,
+    app_id: AppIdOpt = None,
     purge_days: Annotated[
         Optional[int], typer.Option(help="Then delete audit days older than this many days.")
     ] = None,
@@ -165,7 +171,7 @@ def compact(
     from seqkeeper.spark_sink.job import run_compact, spark_session, watch_tasks
 
     console = Console()
-    settings = Settings().with_overrides(broker=broker, app_id=app_id)
+    settings = settings_of(bootstrap=broker, app_id=app_id)
     sealer = _sealer()
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
     with Progress(*columns, console=console) as bar:
@@ -262,7 +268,7 @@ def verify(
     ordered_topic: OrderedTopicOpt = None,
     deduped_topic: DedupedTopicOpt = None,
     dlq_topic: DlqTopicOpt = None,
-    late_topic: Annotated[Optional[str], typer.Option(help="\\[env SEQKEEPER_LATE_TOPIC]")] = None,
+    late_topic: Annotated[Optional[str], flag("late_topic")] = None,
     drained: Annotated[
         bool, typer.Option(help="Every gap must have been given up by now (input finished).")
     ] = False,
@@ -281,8 +287,8 @@ def verify(
     from seqkeeper.demo import summary, verify_topics
     from seqkeeper.topics import UnknownTopic
 
-    settings = Settings().with_overrides(
-        broker=broker,
+    settings = settings_of(
+        bootstrap=broker,
         input_topic=input_topic,
         ordered_topic=ordered_topic,
         deduped_topic=deduped_topic,
@@ -361,7 +367,7 @@ def chaos(
         raise typer.Exit(2)
     console = Console()
     scale = SHORT if short else LONG
-    settings = Settings().with_overrides(broker=broker)
+    settings = settings_of(bootstrap=broker)
     with (
         broker_for(settings) as settings,
         tempfile.TemporaryDirectory(prefix="seqkeeper-chaos-") as tmp,
@@ -387,7 +393,7 @@ def chaos(
             + ([f"--seed {seed}"] if seed != 1 else [])
         )
         run = BrokerRun(
-            broker=broker_label(kind, settings.broker),
+            broker=broker_label(kind, settings.broker.bootstrap),
             generated=now_utc(),
             machine=machine(),
             scale=scale,
@@ -439,7 +445,7 @@ def bench(
         sizes = dataclasses.replace(sizes, messages=messages)
     if state_keys:
         sizes = dataclasses.replace(sizes, state_keys=state_keys)
-    settings = Settings().with_overrides(broker=broker)
+    settings = settings_of(bootstrap=broker)
     if workdir:
         workdir.mkdir(parents=True, exist_ok=True)
     with (
@@ -449,9 +455,13 @@ def bench(
         from seqkeeper.worker import current_local
 
         local = current_local()  # None when a broker was given
-        runner = Bench(settings.broker, sizes, workdir or Path(tmp), lambda s: console.log(s))
+        runner = Bench(
+            settings.broker.bootstrap, sizes, workdir or Path(tmp), lambda s: console.log(s)
+        )
         result = run(runner, set(only) if only else None)
-        result["broker"] = f"{settings.broker} ({'external' if local is None else local.kind})"
+        result["broker"] = (
+            f"{settings.broker.bootstrap} ({'external' if local is None else local.kind})"
+        )
     paths = write(result, out)
     m = result["machine"]
     table = Table(
@@ -584,9 +594,7 @@ def inspect(
     correlation_id: Annotated[
         Optional[str], typer.Option(help="Every command of a correlationId.")
     ] = None,
-    app_id: Annotated[
-        Optional[str], typer.Option(help="Application id \\[env SEQKEEPER_APP_ID].")
-    ] = None,
+    app_id: AppIdOpt = None,
 ) -> None:
     """Look commands up in the Message Store: status, timestamps, error,
     reply, and the entity's state and outbox."""
@@ -598,7 +606,7 @@ def inspect(
 
     if not message_id and not correlation_id:
         raise typer.BadParameter("give --message-id or --correlation-id")
-    settings = Settings().with_overrides(broker=broker, app_id=app_id)
+    settings = settings_of(bootstrap=broker, app_id=app_id)
     found = lookup(asyncio.run(load(settings)), message_id, correlation_id)
     if not found:
         typer.echo("no such command in the Message Store", err=True)
@@ -638,11 +646,11 @@ def demo(
     from seqkeeper.demo import DemoOptions, run_command_demo, run_demo
 
     if topology == "commands":
-        settings = Settings().with_overrides(broker=broker, partitions=partitions)
+        settings = settings_of(bootstrap=broker, partitions=partitions)
         raise typer.Exit(run_command_demo(settings, commands, seed))
 
     code = run_demo(
-        Settings().with_overrides(broker=broker, partitions=partitions, gap_timeout=gap_timeout),
+        settings_of(bootstrap=broker, partitions=partitions, gap_timeout=gap_timeout),
         DemoOptions(
             messages=messages,
             keys=keys,

@@ -91,12 +91,12 @@ async def verify_command_topics(
 ) -> CommandReport:
     """Read the command worker's topics to their exact ends and verify them
     (polling with one ``cache`` reads each record once)."""
-    topics = cache or TopicCache(settings.broker)
+    topics = cache or TopicCache(settings.broker.bootstrap)
     return verify_commands(
-        await topics.read(settings.command_topic),
+        await topics.read(settings.commands.command_topic),
         await topics.read(replies),
-        await topics.read(settings.events_topic),
-        await topics.read(settings.command_dlq_topic),
+        await topics.read(settings.commands.events_topic),
+        await topics.read(settings.commands.command_dlq_topic),
     )
 
 
@@ -109,7 +109,7 @@ def wait_until_commands_verified(
     import time
 
     deadline = time.monotonic() + timeout
-    cache = TopicCache(settings.broker)
+    cache = TopicCache(settings.broker.bootstrap)
     while True:
         report = asyncio.run(verify_command_topics(settings, replies, cache))
         if report.ok:

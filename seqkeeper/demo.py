@@ -104,7 +104,7 @@ async def wait_for_output(
     deadline = time.monotonic() + timeout
     last, last_change = -1, time.monotonic()
     while time.monotonic() < deadline:
-        ends = await end_offsets_of(settings.broker, topics)
+        ends = await end_offsets_of(settings.broker.bootstrap, topics)
         done = sum(ends.values())
         progress.update(task, completed=min(done, expected))
         if done >= expected:
@@ -154,15 +154,15 @@ def demo_worker(
         broker_for(settings) as settings,
         tempfile.TemporaryDirectory(prefix="seqkeeper-demo-") as tmp,
     ):
-        if settings.data_dir == Settings().data_dir:
+        if settings.runtime.data_dir == Settings().runtime.data_dir:
             settings = settings.with_overrides(data_dir=Path(tmp) / "data")
         log_path = Path(tmp) / "worker.log"
         asyncio.run(
             create_topics(
-                settings.broker,
+                settings.broker.bootstrap,
                 [*settings.topics(), *extra_topics],
-                settings.partitions,
-                settings.replication,
+                settings.broker.partitions,
+                settings.broker.replication,
             )
         )
         yield settings, WorkerProcess(settings, log_path).start(), log_path
@@ -177,7 +177,12 @@ def run_demo(settings: Settings, options: DemoOptions) -> int:
         try:
             with _progress(console) as progress:
                 asyncio.run(
-                    publish(settings.broker, settings.input_topic, workload.records, progress)
+                    publish(
+                        settings.broker.bootstrap,
+                        settings.ordered.input_topic,
+                        workload.records,
+                        progress,
+                    )
                 )
                 delivered = workload.messages - workload.lost
                 # Every delivered message is accepted (deduped) or, if its
@@ -186,7 +191,11 @@ def run_demo(settings: Settings, options: DemoOptions) -> int:
                 asyncio.run(
                     wait_for_output(
                         settings,
-                        [settings.deduped_topic, settings.dlq_topic, settings.late_topic],
+                        [
+                            settings.ordered.deduped_topic,
+                            settings.ordered.dlq_topic,
+                            settings.ordered.late_topic,
+                        ],
                         delivered + workload.malformed,
                         "accepted or dead-lettered",
                         progress,
@@ -198,7 +207,9 @@ def run_demo(settings: Settings, options: DemoOptions) -> int:
                 # timeout; poll the verification until it passes (or times out).
                 progress.add_task("ordered: waiting for the last gaps to time out", total=None)
                 report = asyncio.run(
-                    wait_until_verified(settings, settings.gap_timeout + 60, worker, drained=True)
+                    wait_until_verified(
+                        settings, settings.ordered.gap_timeout + 60, worker, drained=True
+                    )
                 )
         except BaseException:
             if os.path.exists(log_path):
@@ -218,7 +229,7 @@ async def verify_topics(
     """Read the input and output topics to their exact ends and verify them
     (the late topic may be missing: the default policy never creates it).
     Polling with one ``cache`` reads each record once."""
-    topics = cache or TopicCache(settings.broker)
+    topics = cache or TopicCache(settings.broker.bootstrap)
 
     async def _optional(topic: str) -> list[Record]:
         try:
@@ -227,10 +238,11 @@ async def verify_topics(
             return []
 
     return verify(
-        await topics.read(settings.input_topic),
-        await topics.read(settings.ordered_topic),
-        await topics.read(settings.deduped_topic),
-        await topics.read(settings.dlq_topic) + await _optional(settings.late_topic),
+        await topics.read(settings.ordered.input_topic),
+        await topics.read(settings.ordered.ordered_topic),
+        await topics.read(settings.ordered.deduped_topic),
+        await topics.read(settings.ordered.dlq_topic)
+        + await _optional(settings.ordered.late_topic),
         drained=drained,
     )
 
@@ -240,7 +252,7 @@ async def wait_until_verified(
 ) -> Report:
     """Poll :func:`verify_topics` until it passes or ``timeout`` runs out."""
     deadline = time.monotonic() + timeout
-    cache = TopicCache(settings.broker)
+    cache = TopicCache(settings.broker.bootstrap)
     while True:
         report = await verify_topics(settings, drained, cache)
         if report.ok:
@@ -264,13 +276,18 @@ def run_command_demo(settings: Settings, commands: int, seed: int, quiet: bool =
     console = Console(quiet=quiet)
     started = time.monotonic()
     settings = settings.with_overrides(topology="commands")
-    replies = f"{settings.command_topic}.replies"
+    replies = f"{settings.commands.command_topic}.replies"
     work = storm(commands=commands, reply_to=replies, seed=seed)
     with demo_worker(settings, [replies]) as (settings, worker, log_path):
         try:
             with _progress(console) as progress:
                 asyncio.run(
-                    publish(settings.broker, settings.command_topic, work.records, progress)
+                    publish(
+                        settings.broker.bootstrap,
+                        settings.commands.command_topic,
+                        work.records,
+                        progress,
+                    )
                 )
                 asyncio.run(
                     wait_for_output(

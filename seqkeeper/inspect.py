@@ -22,7 +22,7 @@ async def load(settings: Settings) -> dict[bytes, bytes]:
     """The command table as of now: the changelog compacted in memory."""
     table: dict[bytes, bytes] = {}
     for rec in sorted(
-        await read_topic(settings.broker, changelog_topic(settings)),
+        await read_topic(settings.broker.bootstrap, changelog_topic(settings)),
         key=lambda r: (r.partition, r.offset),
     ):
         if rec.key is None:

@@ -1,212 +1,310 @@
-"""Worker settings: every option in one place, with default, unit and variable.
+"""Settings: every variable declared once, grouped by concern.
 
-Each field is set, in order of precedence, by a CLI flag, by the environment
-variable named in its comment, or by the default shown.
+A variable is declared by :func:`var` inside its group: its environment
+variable, default, unit and help. The CLI's flags, ``seqkeeper settings``
+and the README's configuration table are all rendered from these
+declarations. A value comes, in order of precedence, from a CLI flag, from
+the environment, or from the default.
+
+This module sits at the bottom of the dependency graph: it imports the
+standard library and the pure cores in :mod:`seqkeeper.processors` only, so
+every layer (state, topologies, the Spark side, the shell) may read it.
 """
 
 from __future__ import annotations
 
+import math
 import os
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from seqkeeper.processors.deduplicator import Retention
 from seqkeeper.processors.resequencer import Policy
-from seqkeeper.wait import parse_seconds
+
+T = TypeVar("T")
+
+#: What ``Settings.topics`` and friends accept as a topology.
+TOPOLOGIES = ("ordered", "commands")
 
 
-def _env(name: str, default: str) -> str:
-    return os.environ.get(name, default)
+class SettingError(ValueError):
+    """A variable's value cannot be used: the message names the variable."""
 
 
 @dataclass(frozen=True)
-class Settings:
-    #: Kafka bootstrap servers, ``host:port[,host:port]``. Empty: start the
-    #: embedded broker. Env ``KAFKA_BOOTSTRAP_SERVERS``.
-    broker: str = field(default_factory=lambda: _env("KAFKA_BOOTSTRAP_SERVERS", ""))
-    #: An Apache Kafka distribution directory (3.7+ or 4.x). When no broker
-    #: is given, commands that start one (``worker``, ``demo``, ``chaos``,
-    #: ``bench``, ``broker``) start a fresh single-node Kafka from it instead
-    #: of the embedded broker. Env ``KAFKA_HOME``.
-    kafka_home: str = field(default_factory=lambda: _env("KAFKA_HOME", ""))
-    #: Seconds the worker waits at start for the broker it is given to
-    #: answer (a line per attempt, 0.5 s between attempts doubling to 10 s),
-    #: before it exits with code 1; ``inf``: no limit. Once it runs, a lost
-    #: broker is retried without limit. Env ``SEQKEEPER_BROKER_WAIT``.
-    broker_wait: float = field(
-        default_factory=lambda: parse_seconds(
-            "SEQKEEPER_BROKER_WAIT", _env("SEQKEEPER_BROKER_WAIT", "300")
-        )
-    )
-    #: Faust application id: consumer group and changelog topic prefix.
-    #: Env ``SEQKEEPER_APP_ID``.
-    app_id: str = field(default_factory=lambda: _env("SEQKEEPER_APP_ID", "seqkeeper"))
-    #: Input topic. Env ``SEQKEEPER_INPUT_TOPIC``.
-    input_topic: str = field(default_factory=lambda: _env("SEQKEEPER_INPUT_TOPIC", "events.in"))
-    #: Ordered output topic. Env ``SEQKEEPER_ORDERED_TOPIC``.
-    ordered_topic: str = field(
-        default_factory=lambda: _env("SEQKEEPER_ORDERED_TOPIC", "events.ordered")
-    )
-    #: Deduplicated (arrival order) output topic. Env ``SEQKEEPER_DEDUPED_TOPIC``.
-    deduped_topic: str = field(
-        default_factory=lambda: _env("SEQKEEPER_DEDUPED_TOPIC", "events.deduped")
-    )
-    #: Dead-letter topic. Env ``SEQKEEPER_DLQ_TOPIC``.
-    dlq_topic: str = field(default_factory=lambda: _env("SEQKEEPER_DLQ_TOPIC", "events.dlq"))
-    #: Partitions of the input, output and changelog topics (created when
-    #: missing). Env ``SEQKEEPER_PARTITIONS``.
-    partitions: int = field(default_factory=lambda: int(_env("SEQKEEPER_PARTITIONS", "4")))
-    #: Replication factor of topics the worker creates. Env ``SEQKEEPER_REPLICATION``.
-    replication: int = field(default_factory=lambda: int(_env("SEQKEEPER_REPLICATION", "1")))
-    #: Directory of the RocksDB tables. Env ``SEQKEEPER_DATA_DIR``.
-    data_dir: Path = field(
-        default_factory=lambda: Path(_env("SEQKEEPER_DATA_DIR", "./seqkeeper-data"))
-    )
-    #: Web (health, later metrics) port; 0 picks a free port, so several
-    #: workers can share a machine. Env ``SEQKEEPER_WEB_PORT``.
-    web_port: int = field(default_factory=lambda: int(_env("SEQKEEPER_WEB_PORT", "0")))
-    #: Web bind address (``0.0.0.0`` in a container). Env ``SEQKEEPER_WEB_HOST``.
-    web_host: str = field(default_factory=lambda: _env("SEQKEEPER_WEB_HOST", "127.0.0.1"))
-    #: Consumer group session timeout in seconds: how long a dead worker keeps
-    #: its partitions. The embedded broker also waits half of it before it
-    #: completes a group join. Env ``SEQKEEPER_SESSION_TIMEOUT``.
-    session_timeout: float = field(
-        default_factory=lambda: float(_env("SEQKEEPER_SESSION_TIMEOUT", "10"))
-    )
-    #: Log level of the worker. Env ``SEQKEEPER_LOG_LEVEL``.
-    log_level: str = field(default_factory=lambda: _env("SEQKEEPER_LOG_LEVEL", "warning"))
+class Var:
+    """One variable's declaration."""
 
-    #: Topic for late arrivals when ``late_policy`` is ``late-topic``.
-    #: Env ``SEQKEEPER_LATE_TOPIC``.
-    late_topic: str = field(default_factory=lambda: _env("SEQKEEPER_LATE_TOPIC", "events.late"))
-    #: First sequence of a key: ``one`` (1) or ``first-seen`` (the first
-    #: sequence the worker sees for the key). Env ``SEQKEEPER_FIRST_SEQ``.
-    first_seq: str = field(default_factory=lambda: _env("SEQKEEPER_FIRST_SEQ", "one"))
-    #: Seconds a gap may block buffered messages before it is given up (a
-    #: GapSkipped marker is emitted). Env ``SEQKEEPER_GAP_TIMEOUT``.
-    gap_timeout: float = field(default_factory=lambda: float(_env("SEQKEEPER_GAP_TIMEOUT", "5")))
-    #: Buffered messages per key. Env ``SEQKEEPER_MAX_BUFFERED_PER_KEY``.
-    max_buffered_per_key: int = field(
-        default_factory=lambda: int(_env("SEQKEEPER_MAX_BUFFERED_PER_KEY", "10000"))
+    name: str  #: field name, unique over all groups (``with_overrides`` takes it)
+    group: str  #: the group's name (``broker``, ``ordered``, …)
+    env: str  #: the environment variable
+    default: str  #: the default, as it would be written in the environment
+    unit: str  #: ``s``, ``MiB``, … or empty
+    help: str  #: one or two sentences for the README and ``--help``
+    parse: Callable[[str], Any]  #: text → value; ``ValueError`` with a reason
+    secret: bool = False  #: never printed
+
+    def read(self, environ: Mapping[str, str]) -> Any:
+        text = environ.get(self.env, self.default)
+        try:
+            return self.parse(text)
+        except ValueError as e:
+            raise SettingError(f"{self.env}={text!r}: {e}") from None
+
+    def flag_help(self) -> str:
+        """The help of this variable's CLI flag (rich markup escaped)."""
+        default = "empty" if self.default == "" else self.default
+        unit = f" {self.unit}" if self.unit and self.default != "" else ""
+        return f"{self.help} \\[env {self.env}; default {default}{unit}]"
+
+
+def var(
+    env: str,
+    default: str,
+    help: str,
+    parse: Callable[[str], T] = str,  # type: ignore[assignment]
+    unit: str = "",
+    secret: bool = False,
+) -> T:
+    """A settings field read from ``env`` (``default`` when unset). Its name
+    and group are filled in by :func:`_declared` once the class exists."""
+    spec = Var("", "", env, default, unit, help, parse, secret)
+    holder = [spec]
+    return field(  # type: ignore[no-any-return]
+        default_factory=lambda: holder[0].read(os.environ), metadata={"var": holder}
     )
-    #: Buffered messages over all keys of a worker. Env ``SEQKEEPER_MAX_BUFFERED``.
-    max_buffered_total: int = field(
-        default_factory=lambda: int(_env("SEQKEEPER_MAX_BUFFERED", "1000000"))
+
+
+# -- parsers: text to value, or a ValueError saying what was expected --------
+
+
+def integer(text: str) -> int:
+    try:
+        return int(text.strip())
+    except ValueError:
+        raise ValueError("expected a whole number") from None
+
+
+def positive_integer(text: str) -> int:
+    value = integer(text)
+    if value < 1:
+        raise ValueError("expected a whole number of at least 1")
+    return value
+
+
+def number(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError("expected a number") from None
+    if math.isnan(value):
+        raise ValueError("expected a number")
+    return value
+
+
+def seconds(text: str) -> float:
+    """A non-negative number of seconds; ``inf``: no limit."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not value >= 0:  # also NaN
+        raise ValueError("expected a non-negative number of seconds")
+    return value
+
+
+def parse_seconds(name: str, text: str) -> float:
+    """``text`` (the value of variable ``name``) as :func:`seconds`; the
+    error names the variable."""
+    try:
+        return seconds(text)
+    except ValueError:
+        raise ValueError(f"{name} must be a non-negative number of seconds, got {text!r}") from None
+
+
+def choice(*allowed: str) -> Callable[[str], str]:
+    def parse(text: str) -> str:
+        if text not in allowed:
+            raise ValueError("expected one of " + ", ".join(allowed))
+        return text
+
+    parse.__name__ = "choice"
+    return parse
+
+
+def names(text: str) -> tuple[str, ...]:
+    """A comma-separated list; blanks dropped."""
+    return tuple(part.strip() for part in text.split(",") if part.strip())
+
+
+# -- the groups ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BrokerSettings:
+    """Which Kafka, and the topics the worker creates on it."""
+
+    bootstrap: str = var(
+        "KAFKA_BOOTSTRAP_SERVERS",
+        "",
+        "Kafka bootstrap servers, host:port[,host:port]. Empty: start a broker "
+        "(Apache Kafka from KAFKA_HOME, else the embedded one).",
     )
-    #: On a full buffer: ``skip`` the gap early, or ``dlq`` the message.
-    #: Env ``SEQKEEPER_OVERFLOW_POLICY``.
-    overflow_policy: str = field(default_factory=lambda: _env("SEQKEEPER_OVERFLOW_POLICY", "skip"))
-    #: A late arrival (its sequence was given up): ``dlq``, ``drop`` or
-    #: ``late-topic``. Env ``SEQKEEPER_LATE_POLICY``.
-    late_policy: str = field(default_factory=lambda: _env("SEQKEEPER_LATE_POLICY", "dlq"))
-    #: Seconds a seen messageId is remembered (default 7 days).
-    #: Env ``SEQKEEPER_SEEN_MAX_AGE``.
-    seen_max_age: float = field(
-        default_factory=lambda: float(_env("SEQKEEPER_SEEN_MAX_AGE", str(7 * 24 * 3600)))
+    kafka_home: str = var(
+        "KAFKA_HOME",
+        "",
+        "An Apache Kafka distribution directory (3.7+ or 4.x). With no bootstrap servers, "
+        "commands that start a broker start a fresh single-node Kafka from it.",
     )
-    #: Seen messageIds remembered per key. Env ``SEQKEEPER_SEEN_MAX_PER_KEY``.
-    seen_max_per_key: int = field(
-        default_factory=lambda: int(_env("SEQKEEPER_SEEN_MAX_PER_KEY", "100000"))
+    broker_wait: float = var(
+        "SEQKEEPER_BROKER_WAIT",
+        "300",
+        "How long the worker waits at start for its broker (a line per attempt, backoff "
+        "0.5 s to 10 s) before it exits 1; inf: no limit. A broker lost later is retried "
+        "without limit.",
+        seconds,
+        "s",
     )
-    #: Event time for gap timeouts and seen-id ages: the dotted path of a
-    #: field of the value (``metadata.timestamp``: epoch milliseconds or
-    #: ISO-8601 with offset). Empty (default): the Kafka record timestamp.
-    #: Env ``SEQKEEPER_EVENT_TIME_FIELD``.
-    event_time_field: str = field(default_factory=lambda: _env("SEQKEEPER_EVENT_TIME_FIELD", ""))
-    #: Which topology the worker runs: ``ordered`` (Resequencer + Idempotent
-    #: Receiver) or ``commands`` (command handler + outbox; its app id gets
-    #: the suffix ``-commands``). Env ``SEQKEEPER_TOPOLOGY``.
-    topology: str = field(default_factory=lambda: _env("SEQKEEPER_TOPOLOGY", "ordered"))
-    #: Command topic. Env ``SEQKEEPER_COMMAND_TOPIC``.
-    command_topic: str = field(
-        default_factory=lambda: _env("SEQKEEPER_COMMAND_TOPIC", "commands.in")
+    partitions: int = var(
+        "SEQKEEPER_PARTITIONS",
+        "4",
+        "Partitions of the topics the worker creates (input, outputs, changelogs).",
+        positive_integer,
     )
-    #: Domain events emitted by command handlers. Env ``SEQKEEPER_EVENTS_TOPIC``.
-    events_topic: str = field(
-        default_factory=lambda: _env("SEQKEEPER_EVENTS_TOPIC", "commands.events")
+    replication: int = var(
+        "SEQKEEPER_REPLICATION",
+        "1",
+        "Replication factor of the topics the worker creates.",
+        positive_integer,
     )
-    #: Dead letters of the command topic. Env ``SEQKEEPER_COMMAND_DLQ_TOPIC``.
-    command_dlq_topic: str = field(
-        default_factory=lambda: _env("SEQKEEPER_COMMAND_DLQ_TOPIC", "commands.dlq")
+
+
+@dataclass(frozen=True)
+class RuntimeSettings:
+    """The worker process: identity, state, commits, resources."""
+
+    app_id: str = var(
+        "SEQKEEPER_APP_ID",
+        "seqkeeper",
+        "Application id: the consumer group and the changelog topics' prefix.",
     )
-    #: Handler attempts before a command is dead-lettered (transient errors).
-    #: Env ``SEQKEEPER_COMMAND_ATTEMPTS``.
-    command_attempts: int = field(
-        default_factory=lambda: int(_env("SEQKEEPER_COMMAND_ATTEMPTS", "5"))
+    topology: str = var(
+        "SEQKEEPER_TOPOLOGY",
+        "ordered",
+        "What the worker runs: ordered (Resequencer + Idempotent Receiver) or commands "
+        "(command handler + outbox; its app id gets the suffix -commands).",
+        choice(*TOPOLOGIES),
     )
-    #: First retry delay in seconds, doubled per attempt up to 30 s.
-    #: Env ``SEQKEEPER_COMMAND_RETRY_DELAY``.
-    command_retry_delay: float = field(
-        default_factory=lambda: float(_env("SEQKEEPER_COMMAND_RETRY_DELAY", "0.5"))
+    data_dir: Path = var(
+        "SEQKEEPER_DATA_DIR",
+        "./seqkeeper-data",
+        "Directory of the RocksDB tables.",
+        Path,
     )
-    #: Seconds a dispatched command's receipt (dedup marker) is kept
-    #: (default 7 days). Env ``SEQKEEPER_RECEIPT_MAX_AGE``.
-    receipt_max_age: float = field(
-        default_factory=lambda: float(_env("SEQKEEPER_RECEIPT_MAX_AGE", str(7 * 24 * 3600)))
+    web_port: int = var(
+        "SEQKEEPER_WEB_PORT",
+        "0",
+        "Port of the web server (health, metrics); 0 picks a free port.",
+        integer,
     )
-    #: Seconds between gap-timeout checks. Env ``SEQKEEPER_TIMER_INTERVAL``.
-    timer_interval: float = field(
-        default_factory=lambda: float(_env("SEQKEEPER_TIMER_INTERVAL", "0.5"))
+    web_host: str = var(
+        "SEQKEEPER_WEB_HOST",
+        "127.0.0.1",
+        "Bind address of the web server (0.0.0.0 in a container).",
     )
-    #: Seconds the outbox waits after the first output before it produces,
-    #: so one cycle carries many records (latency vs. batch size).
-    #: Env ``SEQKEEPER_OUTBOX_LINGER``.
-    outbox_linger: float = field(
-        default_factory=lambda: float(_env("SEQKEEPER_OUTBOX_LINGER", "0.005"))
+    session_timeout: float = var(
+        "SEQKEEPER_SESSION_TIMEOUT",
+        "10",
+        "Consumer group session timeout: how long a dead worker keeps its partitions.",
+        seconds,
+        "s",
     )
-    #: Input records handed to the topology per fetch at most (one list),
-    #: and outputs queued before the topology waits for an outbox cycle:
-    #: bounds a worker's memory when it starts behind a large backlog.
-    #: Env ``SEQKEEPER_MAX_POLL_RECORDS``, ``SEQKEEPER_OUTBOX_MAX``.
-    max_poll_records: int = field(
-        default_factory=lambda: int(_env("SEQKEEPER_MAX_POLL_RECORDS", "2000"))
+    instance_id: str = var(
+        "SEQKEEPER_INSTANCE_ID",
+        "",
+        "Static group membership: a name unique to this worker and stable across its "
+        "restarts (e.g. the pod name); a restart then causes no rebalance. Empty: dynamic.",
     )
-    outbox_max: int = field(default_factory=lambda: int(_env("SEQKEEPER_OUTBOX_MAX", "20000")))
-    #: Longest a fetch waits at the broker for records, in seconds (an
-    #: upper bound on the latency it adds; Faust's own is 1.5 s).
-    #: Env ``SEQKEEPER_FETCH_MAX_WAIT``.
-    fetch_max_wait: float = field(
-        default_factory=lambda: float(_env("SEQKEEPER_FETCH_MAX_WAIT", "0.02"))
+    log_level: str = var(
+        "SEQKEEPER_LOG_LEVEL",
+        "warning",
+        "Log level of the worker: debug, info, warning, error or critical.",
+        lambda text: choice("debug", "info", "warning", "warn", "error", "critical")(text.lower()),
     )
-    #: Static group membership: a name unique to this worker and stable
-    #: across its restarts (e.g. the pod name). A restart then takes the
-    #: worker's place without a rebalance; a worker that stops keeps its
-    #: partitions until its session times out. Empty (default): dynamic
-    #: membership. Env ``SEQKEEPER_INSTANCE_ID``.
-    instance_id: str = field(default_factory=lambda: _env("SEQKEEPER_INSTANCE_ID", ""))
-    #: Seconds between input offset commits (each runs an outbox cycle
-    #: first). After a crash, the input since the last commit is processed
-    #: again and its outputs re-emitted (identical). Faust's default is 2.8.
-    #: Env ``SEQKEEPER_COMMIT_INTERVAL``.
-    commit_interval: float = field(
-        default_factory=lambda: float(_env("SEQKEEPER_COMMIT_INTERVAL", "1.0"))
+    commit_interval: float = var(
+        "SEQKEEPER_COMMIT_INTERVAL",
+        "1.0",
+        "Time between input offset commits. After a crash, the input since the last "
+        "commit is processed again and its outputs re-emitted, identical.",
+        seconds,
+        "s",
     )
-    #: The worker's garbage-collector thresholds (``gc.set_threshold``),
-    #: three integers. CPython's default (700, 10, 10) cost this worker a
-    #: fifth of its CPU time: every message leaves objects that live until
-    #: the next outbox cycle, so young collections ran every few dozen
-    #: messages and full ones (200 ms pauses) every second.
-    #: Env ``SEQKEEPER_GC_THRESHOLD``.
-    gc_threshold: str = field(default_factory=lambda: _env("SEQKEEPER_GC_THRESHOLD", "5000,20,50"))
-    #: Seconds a thread of the worker runs before CPython asks it to hand
-    #: the interpreter lock to another thread that waits (``sys.
-    #: setswitchinterval``; CPython's default 0.005). The worker's main thread
-    #: and Faust's consumer thread take turns; at 0.05 the worker used ~5 %
-    #: less CPU time per message (alternating runs). Env
-    #: ``SEQKEEPER_SWITCH_INTERVAL``.
-    switch_interval: float = field(
-        default_factory=lambda: float(_env("SEQKEEPER_SWITCH_INTERVAL", "0.05"))
+    timer_interval: float = var(
+        "SEQKEEPER_TIMER_INTERVAL",
+        "0.5",
+        "Time between gap-timeout and retry checks.",
+        seconds,
+        "s",
     )
-    #: RocksDB memory per table partition, in MiB: the write buffer (two of
-    #: them at most) and the block cache. Faust's defaults (64 MiB x 3 and
-    #: a 2 GiB cache per partition) let a worker grow far beyond its state.
-    #: Env ``SEQKEEPER_ROCKSDB_WRITE_BUFFER_MB``, ``SEQKEEPER_ROCKSDB_CACHE_MB``.
-    rocksdb_write_buffer_mb: int = field(
-        default_factory=lambda: int(_env("SEQKEEPER_ROCKSDB_WRITE_BUFFER_MB", "8"))
+    outbox_linger: float = var(
+        "SEQKEEPER_OUTBOX_LINGER",
+        "0.005",
+        "How long the outbox waits after the first output before it produces, so one "
+        "cycle carries many records (latency against batch size).",
+        seconds,
+        "s",
     )
-    rocksdb_cache_mb: int = field(
-        default_factory=lambda: int(_env("SEQKEEPER_ROCKSDB_CACHE_MB", "16"))
+    max_poll_records: int = var(
+        "SEQKEEPER_MAX_POLL_RECORDS",
+        "2000",
+        "Input records handed to the topology per fetch at most.",
+        positive_integer,
+    )
+    outbox_max: int = var(
+        "SEQKEEPER_OUTBOX_MAX",
+        "20000",
+        "Outputs queued before processing waits for an outbox cycle: bounds memory "
+        "when a worker starts behind a large backlog.",
+        positive_integer,
+    )
+    fetch_max_wait: float = var(
+        "SEQKEEPER_FETCH_MAX_WAIT",
+        "0.02",
+        "Longest a fetch waits at the broker for records: an upper bound on the latency it adds.",
+        seconds,
+        "s",
+    )
+    gc_threshold: str = var(
+        "SEQKEEPER_GC_THRESHOLD",
+        "5000,20,50",
+        "The garbage collector's thresholds (gc.set_threshold), three integers. Every "
+        "record leaves objects alive until the next outbox cycle, so CPython's default "
+        "(700,10,10) collects far too often for this worker.",
+    )
+    switch_interval: float = var(
+        "SEQKEEPER_SWITCH_INTERVAL",
+        "0.05",
+        "How long a thread runs before CPython hands the interpreter lock to another "
+        "(sys.setswitchinterval): the worker's threads take turns less often.",
+        number,
+        "s",
+    )
+    rocksdb_write_buffer_mb: int = var(
+        "SEQKEEPER_ROCKSDB_WRITE_BUFFER_MB",
+        "8",
+        "RocksDB write buffer per table partition (two at most). Faust's defaults let a "
+        "worker grow far beyond its state.",
+        positive_integer,
+        "MiB",
+    )
+    rocksdb_cache_mb: int = var(
+        "SEQKEEPER_ROCKSDB_CACHE_MB",
+        "16",
+        "RocksDB block cache per table partition.",
+        positive_integer,
+        "MiB",
     )
 
     def rocksdb_options(self) -> dict[str, int]:
@@ -257,17 +355,80 @@ class Settings:
             )
         return round(self.fetch_max_wait * 1000)
 
+
+@dataclass(frozen=True)
+class OrderedSettings:
+    """The ordered topology: Resequencer and Idempotent Receiver."""
+
+    input_topic: str = var("SEQKEEPER_INPUT_TOPIC", "events.in", "Input topic.")
+    ordered_topic: str = var(
+        "SEQKEEPER_ORDERED_TOPIC", "events.ordered", "Output in per-key order, deduplicated."
+    )
+    deduped_topic: str = var(
+        "SEQKEEPER_DEDUPED_TOPIC", "events.deduped", "Output in arrival order, deduplicated."
+    )
+    dlq_topic: str = var(
+        "SEQKEEPER_DLQ_TOPIC", "events.dlq", "Dead letters, with the reason in headers."
+    )
+    late_topic: str = var(
+        "SEQKEEPER_LATE_TOPIC", "events.late", "Late arrivals, when the late policy is late-topic."
+    )
+    first_seq: str = var(
+        "SEQKEEPER_FIRST_SEQ",
+        "one",
+        "First sequence of a key: one (1), or first-seen (the first the worker sees).",
+        choice("one", "first-seen"),
+    )
+    gap_timeout: float = var(
+        "SEQKEEPER_GAP_TIMEOUT",
+        "5",
+        "How long a gap may hold back buffered messages before it is given up (a "
+        "GapSkipped marker is emitted), in event time.",
+        seconds,
+        "s",
+    )
+    max_buffered_per_key: int = var(
+        "SEQKEEPER_MAX_BUFFERED_PER_KEY", "10000", "Buffered messages per key.", positive_integer
+    )
+    max_buffered_total: int = var(
+        "SEQKEEPER_MAX_BUFFERED",
+        "1000000",
+        "Buffered messages over all keys of a worker.",
+        positive_integer,
+    )
+    overflow_policy: str = var(
+        "SEQKEEPER_OVERFLOW_POLICY",
+        "skip",
+        "On a full buffer: skip the gap early, or dlq the message.",
+        choice("skip", "dlq"),
+    )
+    late_policy: str = var(
+        "SEQKEEPER_LATE_POLICY",
+        "dlq",
+        "A late arrival (its sequence was given up): dlq, drop, or late-topic.",
+        choice("dlq", "drop", "late-topic"),
+    )
+    seen_max_age: float = var(
+        "SEQKEEPER_SEEN_MAX_AGE",
+        str(7 * 24 * 3600),
+        "How long a seen messageId is remembered (7 days).",
+        seconds,
+        "s",
+    )
+    seen_max_per_key: int = var(
+        "SEQKEEPER_SEEN_MAX_PER_KEY",
+        "100000",
+        "Seen messageIds remembered per key.",
+        positive_integer,
+    )
+    event_time_field: str = var(
+        "SEQKEEPER_EVENT_TIME_FIELD",
+        "",
+        "Event time for gap timeouts and seen-id ages: the dotted path of a field of the "
+        "value (epoch milliseconds, or ISO-8601 with offset). Empty: the record timestamp.",
+    )
+
     def resequencer_policy(self) -> Policy:
-        if self.first_seq not in ("one", "first-seen"):
-            raise ValueError(f"first_seq must be 'one' or 'first-seen', got {self.first_seq!r}")
-        if self.overflow_policy not in ("skip", "dlq"):
-            raise ValueError(
-                f"overflow policy must be 'skip' or 'dlq', got {self.overflow_policy!r}"
-            )
-        if self.late_policy not in ("dlq", "drop", "late-topic"):
-            raise ValueError(
-                f"late policy must be 'dlq', 'drop' or 'late-topic', got {self.late_policy!r}"
-            )
         return Policy(
             first_seq=self.first_seq,  # type: ignore[arg-type]
             gap_timeout=self.gap_timeout,
@@ -287,17 +448,7 @@ class Settings:
     def retention(self) -> Retention:
         return Retention(max_age=self.seen_max_age, max_per_key=self.seen_max_per_key)
 
-    @property
-    def group_id(self) -> str:
-        """The Faust app id (consumer group, changelog prefix) of the topology."""
-        return f"{self.app_id}-commands" if self.topology == "commands" else self.app_id
-
     def topics(self) -> list[str]:
-        """Every topic the worker reads or writes (created when missing)."""
-        if self.topology == "commands":
-            return [self.command_topic, self.events_topic, self.command_dlq_topic]
-        if self.topology != "ordered":
-            raise ValueError(f"topology must be 'ordered' or 'commands', got {self.topology!r}")
         return [
             self.input_topic,
             self.ordered_topic,
@@ -306,24 +457,184 @@ class Settings:
             self.late_topic,
         ]
 
+
+@dataclass(frozen=True)
+class CommandSettings:
+    """The commands topology: command handler and outbox."""
+
+    command_topic: str = var("SEQKEEPER_COMMAND_TOPIC", "commands.in", "Command topic.")
+    events_topic: str = var(
+        "SEQKEEPER_EVENTS_TOPIC", "commands.events", "Domain events emitted by command handlers."
+    )
+    command_dlq_topic: str = var(
+        "SEQKEEPER_COMMAND_DLQ_TOPIC", "commands.dlq", "Dead letters of the command topic."
+    )
+    command_attempts: int = var(
+        "SEQKEEPER_COMMAND_ATTEMPTS",
+        "5",
+        "Handler attempts on transient errors before a command is dead-lettered.",
+        positive_integer,
+    )
+    command_retry_delay: float = var(
+        "SEQKEEPER_COMMAND_RETRY_DELAY",
+        "0.5",
+        "First retry delay, doubled per attempt up to 30 s.",
+        seconds,
+        "s",
+    )
+    receipt_max_age: float = var(
+        "SEQKEEPER_RECEIPT_MAX_AGE",
+        str(7 * 24 * 3600),
+        "How long a dispatched command's receipt (its dedup marker) is kept (7 days).",
+        seconds,
+        "s",
+    )
+
+    def topics(self) -> list[str]:
+        return [self.command_topic, self.events_topic, self.command_dlq_topic]
+
+
+@dataclass(frozen=True)
+class SparkSettings:
+    """The Spark side: compaction to Parquet, audit log, replay."""
+
+    audit_key: str = var(
+        "SEQKEEPER_AUDIT_KEY",
+        "",
+        "Key that encrypts the sensitive fields in the audit log: 32 bytes, url-safe "
+        "base64 (seqkeeper keygen). Empty: nothing is encrypted.",
+        secret=True,
+    )
+    sensitive_fields: tuple[str, ...] = var(
+        "SEQKEEPER_SENSITIVE_FIELDS",
+        "",
+        "Comma-separated value fields that the audit log stores encrypted (needs the key).",
+        names,
+    )
+
+
+GROUPS: dict[str, type] = {
+    "broker": BrokerSettings,
+    "runtime": RuntimeSettings,
+    "ordered": OrderedSettings,
+    "commands": CommandSettings,
+    "spark": SparkSettings,
+}
+
+
+@dataclass(frozen=True)
+class Settings:
+    """All settings, a group per concern. Build one with ``Settings()``
+    (environment and defaults) or ``Settings.of(name=value, …)``."""
+
+    broker: BrokerSettings = field(default_factory=BrokerSettings)
+    runtime: RuntimeSettings = field(default_factory=RuntimeSettings)
+    ordered: OrderedSettings = field(default_factory=OrderedSettings)
+    commands: CommandSettings = field(default_factory=CommandSettings)
+    spark: SparkSettings = field(default_factory=SparkSettings)
+
+    @classmethod
+    def of(cls, **overrides: Any) -> Settings:
+        """The environment's settings with the named variables replaced."""
+        return cls().with_overrides(**overrides)
+
+    @property
+    def group_id(self) -> str:
+        """The Faust app id (consumer group, changelog prefix) of the topology."""
+        app_id = self.runtime.app_id
+        return f"{app_id}-commands" if self.runtime.topology == "commands" else app_id
+
+    def topics(self) -> list[str]:
+        """Every topic the worker reads or writes (created when missing)."""
+        if self.runtime.topology == "commands":
+            return self.commands.topics()
+        return self.ordered.topics()
+
     def to_env(self) -> dict[str, str]:
         """These settings as the environment variables that set them."""
-        names = {
-            "broker": "KAFKA_BOOTSTRAP_SERVERS",
-            "kafka_home": "KAFKA_HOME",
-            "max_buffered_total": "SEQKEEPER_MAX_BUFFERED",
-            "dlq_topic": "SEQKEEPER_DLQ_TOPIC",
-            "replication": "SEQKEEPER_REPLICATION",
-        }
-        return {
-            names.get(f.name, f"SEQKEEPER_{f.name.upper()}"): str(getattr(self, f.name))
-            for f in fields(self)
-        }
+        env = {}
+        for v in VARS.values():
+            value = getattr(getattr(self, v.group), v.name)
+            env[v.env] = ",".join(value) if isinstance(value, tuple) else str(value)
+        return env
 
     def with_overrides(self, **overrides: Any) -> Settings:
-        """A copy with the given non-``None`` fields replaced (CLI flags)."""
-        names = {f.name for f in fields(self)}
-        unknown = set(overrides) - names
+        """A copy with the named variables (field names, see :data:`VARS`)
+        replaced; ``None`` values are ignored (CLI flags not given)."""
+        unknown = set(overrides) - set(VARS)
         if unknown:
             raise TypeError(f"unknown settings: {', '.join(sorted(unknown))}")
-        return replace(self, **{k: v for k, v in overrides.items() if v is not None})
+        changed: dict[str, dict[str, Any]] = {}
+        for name, value in overrides.items():
+            if value is None:
+                continue
+            v = VARS[name]
+            if isinstance(value, str) and v.parse is not str:
+                try:  # a flag's text is checked as the variable's would be
+                    value = v.parse(value)
+                except ValueError as e:
+                    raise SettingError(f"{name.replace('_', '-')}={value!r}: {e}") from None
+            changed.setdefault(v.group, {})[name] = value
+        return replace(
+            self,
+            **{group: replace(getattr(self, group), **kw) for group, kw in changed.items()},
+        )
+
+
+def _declared() -> dict[str, Var]:
+    """Every variable by field name, with its name and group filled in."""
+    out: dict[str, Var] = {}
+    for group, cls in GROUPS.items():
+        for f in fields(cls):
+            holder = f.metadata["var"]
+            holder[0] = replace(holder[0], name=f.name, group=group)
+            if f.name in out:
+                raise TypeError(f"setting {f.name} is declared twice")
+            out[f.name] = holder[0]
+    return out
+
+
+#: Every variable, by field name, in declaration order (grouped).
+VARS: dict[str, Var] = _declared()
+
+
+def by_env(env: str) -> Var:
+    """The declaration of an environment variable."""
+    for v in VARS.values():
+        if v.env == env:
+            return v
+    raise KeyError(env)
+
+
+def effective(environ: Mapping[str, str] | None = None) -> Iterator[tuple[Var, str, str]]:
+    """(variable, value as text, source) for each variable: the source is
+    ``env`` or ``default``; secrets show as ``***`` when set."""
+    environ = os.environ if environ is None else environ
+    for v in VARS.values():
+        source = "env" if v.env in environ else "default"
+        text = environ.get(v.env, v.default)
+        if v.secret and text:
+            text = "***"
+        yield v, text, source
+
+
+def markdown_table() -> str:
+    """The README's configuration table: a section per group."""
+    lines: list[str] = []
+    for group, cls in GROUPS.items():
+        if lines:
+            lines.append("")
+        lines += [f"**{group}**: {(cls.__doc__ or '').strip()}", ""]
+        lines += ["| Variable | Default | Meaning |", "| --- | --- | --- |"]
+        for v in VARS.values():
+            if v.group != group:
+                continue
+            default = f"`{v.default}`" if v.default else "(empty)"
+            if v.unit and v.default:
+                default += f" {v.unit}"
+            lines.append(f"| `{v.env}` | {default} | {v.help} |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    print(markdown_table(), end="")

@@ -23,10 +23,14 @@ import time
 from collections.abc import Awaitable, Callable, Iterator
 from typing import TypeVar
 
+from seqkeeper.settings import VARS, parse_seconds
+
+__all__ = ["parse_seconds"]
+
 T = TypeVar("T")
 
-#: The variable that sets :attr:`seqkeeper.settings.Settings.broker_wait`.
-WAIT_VAR = "SEQKEEPER_BROKER_WAIT"
+#: The variable that sets ``Settings().broker.broker_wait``.
+WAIT_VAR = VARS["broker_wait"].env
 #: First delay between attempts, its growth factor and its cap, in seconds.
 FIRST_DELAY = 0.5
 FACTOR = 2.0
@@ -34,19 +38,6 @@ MAX_DELAY = 10.0
 #: Longest one attempt may take (a frozen broker accepts connections but
 #: never answers): the metadata request's timeout.
 ATTEMPT_TIMEOUT = 5.0
-
-
-def parse_seconds(name: str, text: str) -> float:
-    """``text`` (the value of variable ``name``) as a non-negative number of
-    seconds (``inf``: no limit); a :class:`ValueError` naming the variable
-    otherwise."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not value >= 0:  # also NaN
-        raise ValueError(f"{name} must be a non-negative number of seconds, got {text!r}")
-    return value
 
 
 def backoff(

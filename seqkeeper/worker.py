@@ -39,9 +39,9 @@ def current_local() -> LocalBroker | None:
 
 def local_broker(settings: Settings) -> LocalBroker:
     """The broker to start when none is configured: Apache Kafka from
-    ``settings.kafka_home`` when set, else the embedded one."""
-    if settings.kafka_home:
-        return KafkaBroker(Path(settings.kafka_home))
+    ``settings.broker.kafka_home`` when set, else the embedded one."""
+    if settings.broker.kafka_home:
+        return KafkaBroker(Path(settings.broker.kafka_home))
     return EmbeddedBroker()
 
 
@@ -49,7 +49,7 @@ def local_broker(settings: Settings) -> LocalBroker:
 def broker_for(settings: Settings) -> Iterator[Settings]:
     """``settings`` with a broker: the configured one, or a fresh local one
     (Apache Kafka from ``KAFKA_HOME``, else the embedded broker)."""
-    if settings.broker:
+    if settings.broker.bootstrap:
         yield settings
         return
     local = local_broker(settings)
@@ -62,7 +62,7 @@ def broker_for(settings: Settings) -> Iterator[Settings]:
             print(f"embedded broker (Tansu, memory only) at {broker.bootstrap}", flush=True)
         _local.append(broker)
         try:
-            yield settings.with_overrides(broker=broker.bootstrap)
+            yield settings.with_overrides(bootstrap=broker.bootstrap)
         finally:
             _local.remove(broker)
 
@@ -74,7 +74,7 @@ def faust_worker(app: Any, settings: Settings) -> Any:
     worker's time). A service has no terminal to spin on."""
     import faust
 
-    worker = faust.Worker(app, loglevel=settings.log_level, quiet=True, stdout=sys.stdout)
+    worker = faust.Worker(app, loglevel=settings.runtime.log_level, quiet=True, stdout=sys.stdout)
     worker.spinner = None
     return worker
 
@@ -86,8 +86,8 @@ def tune_interpreter(settings: Settings) -> None:
     the process, and a full collection no longer examines them (the one
     full collection of a 20-second run at 7,000 msg/s examined ~35,000
     objects instead of ~117,000 and took 15–51 ms instead of 73–87)."""
-    gc.set_threshold(*settings.gc_thresholds())
-    sys.setswitchinterval(settings.switch_seconds())
+    gc.set_threshold(*settings.runtime.gc_thresholds())
+    sys.setswitchinterval(settings.runtime.switch_seconds())
     gc.collect()
     gc.freeze()
 
@@ -95,18 +95,18 @@ def tune_interpreter(settings: Settings) -> None:
 def run_worker(settings: Settings) -> None:
     """Run the worker in the foreground until SIGINT/SIGTERM (graceful stop)."""
 
-    if settings.topology == "commands":
+    if settings.runtime.topology == "commands":
         from seqkeeper.topologies.commands import build_app
     else:
         from seqkeeper.topologies.ordered import build_app
 
     with broker_for(settings) as settings:
-        settings.data_dir.mkdir(parents=True, exist_ok=True)
-        if settings.web_port == 0:
+        settings.runtime.data_dir.mkdir(parents=True, exist_ok=True)
+        if settings.runtime.web_port == 0:
             settings = settings.with_overrides(web_port=web_port_for(settings))
         await_broker_and_topics(settings)
         app = build_app(settings)
-        running = settings.data_dir / "worker.running"
+        running = settings.runtime.data_dir / "worker.running"
         if running.exists():
             # kill -9, OOM, power loss: local RocksDB may hold writes the
             # changelog never got; using it would let the two diverge.
@@ -120,8 +120,8 @@ def run_worker(settings: Settings) -> None:
         app.local_state_check = check_local_state(Path(app.conf.tabledir))
         running.write_text(f"{os.getpid()}\n")
         print(
-            f"seqkeeper worker: broker {settings.broker}, data {settings.data_dir}, "
-            f"web http://{settings.web_host}:{settings.web_port}/",
+            f"seqkeeper worker: broker {settings.broker.bootstrap}, data {settings.runtime.data_dir}, "
+            f"web http://{settings.runtime.web_host}:{settings.runtime.web_port}/",
             flush=True,
         )
         tune_interpreter(settings)
@@ -136,24 +136,29 @@ def run_worker(settings: Settings) -> None:
 
 def await_broker_and_topics(settings: Settings) -> None:
     """Wait until the broker answers, then create the worker's topics; both
-    retried while no broker answers, for up to ``settings.broker_wait``
+    retried while no broker answers, for up to ``settings.broker.broker_wait``
     seconds (:func:`seqkeeper.wait.wait_for_broker`: a line per attempt).
     Then exit 1 with a line naming the address, without a traceback; a stop
     (Ctrl-C, SIGTERM) during the wait exits 0."""
 
     async def attempt() -> None:
-        await broker_answers(settings.broker)
+        await broker_answers(settings.broker.bootstrap)
         await create_topics(
-            settings.broker, settings.topics(), settings.partitions, settings.replication
+            settings.broker.bootstrap,
+            settings.topics(),
+            settings.broker.partitions,
+            settings.broker.replication,
         )
 
     try:
-        asyncio.run(wait_for_broker(settings.broker, settings.broker_wait, attempt))
+        asyncio.run(
+            wait_for_broker(settings.broker.bootstrap, settings.broker.broker_wait, attempt)
+        )
     except BrokerUnreachable as exc:
         print(f"error: {exc}", file=sys.stderr, flush=True)
         raise SystemExit(1) from None
     except KeyboardInterrupt:
-        print(f"stopped while waiting for the broker at {settings.broker}", flush=True)
+        print(f"stopped while waiting for the broker at {settings.broker.bootstrap}", flush=True)
         raise SystemExit(0) from None
 
 
@@ -167,17 +172,17 @@ def web_port_for(settings: Settings) -> int:
     (faust-streaming 0.15 ``PartitionAssignor.on_assignment`` asserts it;
     the assertion ends aiokafka's coordinator task, and the worker sits idle
     without partitions). So a static member's address must outlive it."""
-    if not settings.instance_id:
+    if not settings.runtime.instance_id:
         return free_port()
-    saved = settings.data_dir / "web.port"
+    saved = settings.runtime.data_dir / "web.port"
     try:
         port = int(saved.read_text())
     except (OSError, ValueError):
         port = 0
-    if not port or not port_is_free(settings.web_host, port):
+    if not port or not port_is_free(settings.runtime.web_host, port):
         if port:
             print(
-                f"web port {port} of static member {settings.instance_id!r} is taken: "
+                f"web port {port} of static member {settings.runtime.instance_id!r} is taken: "
                 "the worker's address changes, and Kafka's remembered assignment "
                 "is refused until the group rebalances; set SEQKEEPER_WEB_PORT",
                 flush=True,

@@ -24,16 +24,17 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
-import os
 import secrets
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
+from seqkeeper.settings import VARS, SparkSettings
+
 PREFIX = "enc:v1:"
-KEY_ENV = "SEQKEEPER_AUDIT_KEY"
-FIELDS_ENV = "SEQKEEPER_SENSITIVE_FIELDS"
+KEY_ENV = VARS["audit_key"].env
+FIELDS_ENV = VARS["sensitive_fields"].env
 
 
 class AuditKeyError(ValueError):
@@ -66,8 +67,8 @@ class Sealer:
     def from_env(cls) -> Sealer | None:
         """The sealer the environment configures: ``None`` without a key
         (then marking fields is an error, not a silent clear-text write)."""
-        fields = tuple(f.strip() for f in os.environ.get(FIELDS_ENV, "").split(",") if f.strip())
-        text = os.environ.get(KEY_ENV, "")
+        spark = SparkSettings()
+        fields, text = spark.sensitive_fields, spark.audit_key
         if not text:
             if fields:
                 raise AuditKeyError(f"{FIELDS_ENV} marks fields to encrypt but {KEY_ENV} is unset")

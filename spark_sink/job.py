@@ -66,13 +66,15 @@ def run_compact(
     (``sealer``: encrypt at rest, :mod:`spark_sink.crypto`). ``step(label,
     total)`` is called as each of ``total`` units (a changelog topic, the
     audit log) starts."""
-    changelogs, messages = plan_topics(settings, asyncio.run(existing_topics(settings.broker)))
+    changelogs, messages = plan_topics(
+        settings, asyncio.run(existing_topics(settings.broker.bootstrap))
+    )
     total = len(changelogs) + bool(messages)
     done = {}
     if changelogs:
         done["snapshots"] = compact_snapshots(
             spark,
-            settings.broker,
+            settings.broker.bootstrap,
             changelogs,
             warehouse,
             sealer,
@@ -80,7 +82,7 @@ def run_compact(
         )
     if messages:
         step(f"audit log of {len(messages)} topics", total)
-        done["audit"] = compact_audit(spark, settings.broker, messages, warehouse, sealer)
+        done["audit"] = compact_audit(spark, settings.broker.bootstrap, messages, warehouse, sealer)
     return done
 
 

@@ -69,8 +69,8 @@ def make_settings(broker: Broker, names: dict[str, str], tmp_path: Path) -> Call
     """Worker settings on the test broker with unique names; overrides by keyword."""
 
     def make(**overrides: object) -> Settings:
-        base = Settings(
-            broker=broker.bootstrap,
+        base = Settings.of(
+            bootstrap=broker.bootstrap,
             data_dir=tmp_path / "data",
             partitions=2,
             session_timeout=6.0,  # the embedded broker joins a group in half of it

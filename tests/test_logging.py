@@ -14,8 +14,8 @@ def test_warning_level_keeps_debug_off(tmp_path) -> None:
     root = logging.getLogger()
     saved = (root.level, list(root.handlers))
     try:
-        settings = Settings(
-            broker="127.0.0.1:1", data_dir=tmp_path, log_level="warning", web_port=6067
+        settings = Settings.of(
+            bootstrap="127.0.0.1:1", data_dir=tmp_path, log_level="warning", web_port=6067
         )
         worker = faust_worker(build_app(settings), settings)
         worker._setup_logging()

@@ -64,7 +64,7 @@ def test_commands_replies_and_events_match_their_schemas() -> None:
         validator(n)
         for n in ("command.schema.json", "reply.schema.json", "domain-event.schema.json")
     )
-    settings = Settings(broker="unused", topology="commands")
+    settings = Settings.of(bootstrap="unused", topology="commands")
     topology = CommandTopology(settings, CommandStore(MemoryStore()), registry)
     topology.on_assigned({0})
     work = storm(commands=60, seed=4)
@@ -80,7 +80,7 @@ def test_commands_replies_and_events_match_their_schemas() -> None:
     out = topology.take().records
     by_topic = {
         "replies": [v or b"" for t, _, v, _ in out if t == "commands.replies"],
-        "events": [v or b"" for t, _, v, _ in out if t == settings.events_topic],
+        "events": [v or b"" for t, _, v, _ in out if t == settings.commands.events_topic],
     }
     assert by_topic["replies"] and by_topic["events"]
     for value in by_topic["replies"]:

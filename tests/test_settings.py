@@ -1,33 +1,37 @@
-"""Settings that the worker parses itself (seqkeeper/settings.py)."""
+"""Settings (seqkeeper/settings.py): declared once, grouped, read only there."""
 
 from __future__ import annotations
 
+import ast
 import gc
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from seqkeeper.settings import Settings
+from seqkeeper.settings import GROUPS, VARS, SettingError, Settings, markdown_table
 from seqkeeper.topologies.shell import make_app
 from seqkeeper.worker import tune_interpreter
 
 
 def test_gc_thresholds_default_env_and_errors(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("SEQKEEPER_GC_THRESHOLD", raising=False)
-    assert Settings().gc_thresholds() == (5000, 20, 50)
+    assert Settings().runtime.gc_thresholds() == (5000, 20, 50)
     monkeypatch.setenv("SEQKEEPER_GC_THRESHOLD", "700, 10, 10")
-    assert Settings().gc_thresholds() == (700, 10, 10)
+    assert Settings().runtime.gc_thresholds() == (700, 10, 10)
     for bad in ("700,10", "a,b,c", "700,-1,10", ""):
         with pytest.raises(ValueError, match="three non-negative integers"):
-            Settings(gc_threshold=bad).gc_thresholds()
+            Settings.of(gc_threshold=bad).runtime.gc_thresholds()
 
 
 def test_the_worker_applies_the_thresholds_and_the_switch_interval() -> None:
     before, switch = gc.get_threshold(), sys.getswitchinterval()
     gc.unfreeze()
     try:
-        tune_interpreter(Settings(gc_threshold="1234,5,6", switch_interval=0.03))
+        tune_interpreter(Settings.of(gc_threshold="1234,5,6", switch_interval=0.03))
         assert gc.get_threshold() == (1234, 5, 6)
         assert sys.getswitchinterval() == pytest.approx(0.03)
         # what exists by now is left out of every collection from now on
@@ -41,28 +45,157 @@ def test_the_worker_applies_the_thresholds_and_the_switch_interval() -> None:
 
 def test_switch_interval_default_env_and_errors(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("SEQKEEPER_SWITCH_INTERVAL", raising=False)
-    assert Settings().switch_seconds() == 0.05
+    assert Settings().runtime.switch_seconds() == 0.05
     monkeypatch.setenv("SEQKEEPER_SWITCH_INTERVAL", "0.005")
-    assert Settings().switch_seconds() == 0.005
+    assert Settings().runtime.switch_seconds() == 0.005
     for bad in (0.0, -1.0, float("nan")):
         with pytest.raises(ValueError, match="switch interval must be a positive number"):
-            Settings(switch_interval=bad).switch_seconds()
+            Settings.of(switch_interval=bad).runtime.switch_seconds()
 
 
 def test_fetch_wait_in_milliseconds_default_env_rounding_and_errors(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.delenv("SEQKEEPER_FETCH_MAX_WAIT", raising=False)
-    assert Settings().fetch_wait_ms() == 20
+    assert Settings().runtime.fetch_wait_ms() == 20
     monkeypatch.setenv("SEQKEEPER_FETCH_MAX_WAIT", "0.0299")
     # rounded, not truncated: 0.0299 s is 30 ms, not 29
-    assert Settings().fetch_wait_ms() == 30
-    assert Settings(fetch_max_wait=0.0).fetch_wait_ms() == 0
+    assert Settings().runtime.fetch_wait_ms() == 30
+    assert Settings.of(fetch_max_wait=0.0).runtime.fetch_wait_ms() == 0
     for bad in (-0.001, float("nan")):
         with pytest.raises(ValueError, match="fetch max wait must be a non-negative"):
-            Settings(fetch_max_wait=bad).fetch_wait_ms()
+            Settings.of(fetch_max_wait=bad).runtime.fetch_wait_ms()
 
 
 def test_the_worker_app_fetches_with_the_settings_wait(tmp_path: Path) -> None:
-    app = make_app(Settings(broker="127.0.0.1:1", data_dir=tmp_path, fetch_max_wait=0.0299))
+    app = make_app(Settings.of(bootstrap="127.0.0.1:1", data_dir=tmp_path, fetch_max_wait=0.0299))
     assert app.fetch_max_wait_ms == 30
+
+
+# -- each variable declared once ------------------------------------------------
+
+ROOT = Path(__file__).resolve().parent.parent
+BEGIN, END = "<!-- settings:begin -->", "<!-- settings:end -->"
+
+
+def test_every_variable_is_declared_once_with_help() -> None:
+    envs = [v.env for v in VARS.values()]
+    assert len(envs) == len(set(envs))
+    for v in VARS.values():
+        assert v.help.endswith((".", ")")), v.env
+        assert v.group in GROUPS
+        assert hasattr(getattr(Settings(), v.group), v.name)
+    assert set(GROUPS) == {"broker", "runtime", "ordered", "commands", "spark"}
+
+
+def test_the_readme_table_is_generated_from_the_declarations() -> None:
+    """Regenerate with ``python -m seqkeeper.settings`` (or ``seqkeeper
+    settings --markdown``) and paste it between the markers."""
+    readme = (ROOT / "README.md").read_text()
+    assert readme.count(BEGIN) == 1 and readme.count(END) == 1
+    table = readme.split(BEGIN)[1].split(END)[0].strip("\n") + "\n"
+    assert table == markdown_table(), "README.md's configuration table is stale"
+
+
+def test_no_module_reads_a_declared_variable_itself() -> None:
+    """Only seqkeeper/settings.py turns a variable into a value: a second
+    reader would be a second default and a second parser."""
+    declared = {v.env for v in VARS.values()}
+    tracked = subprocess.run(
+        ["git", "ls-files", "*.py"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.split()
+    readers = []
+    for name in tracked:
+        path = ROOT / name
+        if path.is_symlink() or name.startswith("tests/") or name == "seqkeeper/settings.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and node.value in declared:
+                parent_src = ast.get_source_segment(path.read_text(), node) or ""
+                readers.append(f"{name}:{node.lineno} {parent_src}")
+    assert not readers, readers
+
+
+def test_a_bad_value_names_its_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    for env, bad, reason in [
+        ("SEQKEEPER_PARTITIONS", "four", "expected a whole number"),
+        ("SEQKEEPER_PARTITIONS", "0", "at least 1"),
+        ("SEQKEEPER_GAP_TIMEOUT", "-1", "non-negative number of seconds"),
+        ("SEQKEEPER_TOPOLOGY", "both", "expected one of ordered, commands"),
+        ("SEQKEEPER_SWITCH_INTERVAL", "nan", "expected a number"),
+    ]:
+        monkeypatch.setenv(env, bad)
+        with pytest.raises(SettingError) as caught:
+            Settings()
+        assert str(caught.value) == f"{env}={bad!r}: {reason}" or reason in str(caught.value)
+        assert str(caught.value).startswith(f"{env}={bad!r}: ")
+        monkeypatch.delenv(env)
+
+
+def test_overrides_are_checked_like_the_environment() -> None:
+    assert Settings.of(partitions="7").broker.partitions == 7
+    assert Settings.of(log_level="INFO").runtime.log_level == "info"
+    with pytest.raises(SettingError, match="topology='both': expected one of"):
+        Settings.of(topology="both")
+    with pytest.raises(TypeError, match="unknown settings: nonsense"):
+        Settings.of(nonsense=1)
+    # None is a flag that was not given
+    assert Settings.of(app_id=None) == Settings()
+
+
+texts = st.text(alphabet=st.characters(min_codepoint=33, max_codepoint=126), max_size=12)
+
+
+@given(
+    app_id=texts.filter(bool),
+    partitions=st.integers(1, 10_000),
+    gap=st.floats(0, 1e9, allow_nan=False),
+    fields=st.lists(texts.filter(lambda t: "," not in t and t.strip() == t and t), max_size=3),
+    topology=st.sampled_from(["ordered", "commands"]),
+)
+def test_the_environment_round_trips(
+    app_id: str, partitions: int, gap: float, fields: list[str], topology: str
+) -> None:
+    """``to_env`` is what a worker process is started with: read back, it
+    gives the same settings."""
+    settings = Settings.of(
+        app_id=app_id,
+        partitions=partitions,
+        gap_timeout=gap,
+        sensitive_fields=tuple(fields),
+        topology=topology,
+    )
+    env = settings.to_env()
+    assert set(env) == {v.env for v in VARS.values()}
+    with pytest.MonkeyPatch.context() as mp:
+        for name, value in env.items():
+            mp.setenv(name, value)
+        assert Settings() == settings
+
+
+def test_worker_help_is_rendered_from_the_declarations() -> None:
+    from typer.testing import CliRunner
+
+    from seqkeeper.cli import app
+
+    done = CliRunner().invoke(app, ["worker", "--help"], env={"COLUMNS": "400"})
+    assert done.exit_code == 0
+    for name in ("bootstrap", "data_dir", "partitions", "topology", "broker_wait"):
+        assert VARS[name].flag_help().replace("\\[", "[") in done.output, name
+
+
+def test_the_settings_command_shows_values_and_sources() -> None:
+    from typer.testing import CliRunner
+
+    from seqkeeper.cli import app
+
+    env = {"COLUMNS": "400", "SEQKEEPER_PARTITIONS": "6", "SEQKEEPER_AUDIT_KEY": "secret"}
+    done = CliRunner().invoke(app, ["settings"], env=env)
+    assert done.exit_code == 0, done.output
+    row = next(line for line in done.output.splitlines() if "SEQKEEPER_PARTITIONS" in line)
+    assert "6" in row and "env" in row
+    assert "secret" not in done.output
+    bad = CliRunner().invoke(app, ["settings"], env={"SEQKEEPER_PARTITIONS": "x"})
+    assert bad.exit_code == 2
+    markdown = CliRunner().invoke(app, ["settings", "--markdown"])
+    assert markdown.output == markdown_table()

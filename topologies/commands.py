@@ -90,7 +90,9 @@ class CommandTopology(OutboxOwner):
         self.settings = settings
         self.store = store
         self.registry = registry
-        self.retry = RetryPolicy(settings.command_attempts, settings.command_retry_delay)
+        self.retry = RetryPolicy(
+            settings.commands.command_attempts, settings.commands.command_retry_delay
+        )
         self.retries: list[tuple[float, int, str]] = []  # (due, partition, messageId)
         self.owned: set[int] = set()
         self.generation = 0
@@ -120,7 +122,7 @@ class CommandTopology(OutboxOwner):
         entity = self.store.entity(partition, command.entity)
         receipt = self.store.receipt(partition, command.message_id)
         millis = None if timestamp is None else int(timestamp * 1000)
-        origin = (self.settings.command_topic, partition, offset, millis)
+        origin = (self.settings.commands.command_topic, partition, offset, millis)
         decision = decide(self.registry, entity, receipt, command, now, self.retry, origin=origin)
         self.apply(partition, command.entity, decision, entity, receipt)
 
@@ -178,7 +180,7 @@ class CommandTopology(OutboxOwner):
             self.apply(partition, command.entity, decision, entity, receipt)
         for partition in sorted(self.owned):
             n = self.store.forget_aged(
-                partition, now - self.settings.receipt_max_age, CLEANUP_PER_TICK
+                partition, now - self.settings.commands.receipt_max_age, CLEANUP_PER_TICK
             )
             if n:
                 self.metrics.receipts_forgotten.inc(n)
@@ -213,7 +215,10 @@ class CommandTopology(OutboxOwner):
 
     # -- outbox ------------------------------------------------------------
     def dispatch(self, out: Outgoing) -> None:
-        topic = {None: self.settings.events_topic, DEAD_LETTER: self.settings.command_dlq_topic}
+        topic = {
+            None: self.settings.commands.events_topic,
+            DEAD_LETTER: self.settings.commands.command_dlq_topic,
+        }
         name = topic.get(out.topic, out.topic)
         assert name is not None
         self.emit(name, out.key.encode("utf-8"), out.value, list(out.headers) or None)
@@ -251,7 +256,7 @@ class CommandTopology(OutboxOwner):
         headers = dead_letter_headers(
             reason,
             detail,
-            self.settings.command_topic,
+            self.settings.commands.command_topic,
             partition,
             max(offset, 0),
             millis,
@@ -259,7 +264,7 @@ class CommandTopology(OutboxOwner):
         )
         if attempts is not None:
             headers.append(("seqkeeper.attempts", str(attempts).encode()))
-        self.emit(self.settings.command_dlq_topic, key, value, headers)
+        self.emit(self.settings.commands.command_dlq_topic, key, value, headers)
         self.metrics.dead_lettered.labels(reason).inc()
         log.info(
             "command dead-lettered partition=%s offset=%s reason=%s", partition, offset, reason
@@ -278,25 +283,27 @@ def build_app(settings: Settings, registry: Registry | None = None) -> faust.App
 
         registry = inventory
     app = make_app(settings)
-    source = raw_topic(app, settings.command_topic, settings.partitions)
+    source = raw_topic(app, settings.commands.command_topic, settings.broker.partitions)
     topics: dict[str, Any] = {}
 
     def resolve(name: str) -> Any:
         if name not in topics:
-            topics[name] = raw_topic(app, name, settings.partitions)
+            topics[name] = raw_topic(app, name, settings.broker.partitions)
         return topics[name]
 
-    table = raw_table(app, "commands", settings.partitions, options=settings.rocksdb_options())
+    table = raw_table(
+        app, "commands", settings.broker.partitions, options=settings.runtime.rocksdb_options()
+    )
     store = FaustRocksStore(table, app.batch_producer)  # type: ignore[attr-defined]
     topology = CommandTopology(settings, CommandStore(store), registry)
     app.seqkeeper = topology  # type: ignore[attr-defined]
-    probe = install_outbox(app, topology, store, resolve, settings.outbox_linger)
+    probe = install_outbox(app, topology, store, resolve, settings.runtime.outbox_linger)
     install_diagnostics(app, probe, lambda: {"owned": topology.owned})
     install_metrics(app, topology.metrics.registry)
 
     @table.on_recover  # type: ignore[untyped-decorator]
     async def sweep() -> None:
-        owned = owned_partitions(app, settings.command_topic)
+        owned = owned_partitions(app, settings.commands.command_topic)
         topology.on_assigned({tp.partition for tp in owned})
 
     @app.agent(batch_source(app, source))
@@ -310,9 +317,9 @@ def build_app(settings: Settings, registry: Registry | None = None) -> faust.App
                 for r in records:
                     on_record(p, r.offset, r.key, r.value, r.headers, seconds(r.timestamp), wall)
             ack_batch(app, fetched.partitions)
-            await relieve(app, topology, settings.outbox_max)
+            await relieve(app, topology, settings.runtime.outbox_max)
 
-    @app.timer(settings.timer_interval)
+    @app.timer(settings.runtime.timer_interval)
     async def retries_and_cleanup() -> None:
         if not app.rebalancing:
             topology.on_tick(time.time())

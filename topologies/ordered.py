@@ -95,9 +95,9 @@ class OrderedTopology(OutboxOwner):
 
     def __init__(self, settings: Settings, stores: Stores) -> None:
         self.settings = settings
-        self.policy = settings.resequencer_policy()
-        self.retention = settings.retention()
-        self.time_field = settings.time_field()
+        self.policy = settings.ordered.resequencer_policy()
+        self.retention = settings.ordered.retention()
+        self.time_field = settings.ordered.time_field()
         self.stores = stores
         self.timers = GapTimers()
         self.clocks: dict[int, StreamClock] = {}  # stream time per input partition
@@ -373,7 +373,7 @@ class OrderedTopology(OutboxOwner):
     ) -> None:
         millis = None if timestamp is None else int(timestamp * 1000)
         headers = dead_letter_headers(
-            reason, detail, self.settings.input_topic, partition, offset, millis
+            reason, detail, self.settings.ordered.input_topic, partition, offset, millis
         )
         self.emit("late" if route == "late" else "dlq", key, value, headers)
         self.metrics.dead_lettered.labels(reason).inc()
@@ -383,23 +383,25 @@ class OrderedTopology(OutboxOwner):
 def build_app(settings: Settings) -> faust.App:
     """The Faust app of the ordered/deduplicated topology for ``settings``."""
     app = make_app(settings)
-    source = raw_topic(app, settings.input_topic, settings.partitions)
+    source = raw_topic(app, settings.ordered.input_topic, settings.broker.partitions)
     topics = {
-        role: raw_topic(app, name, settings.partitions)
+        role: raw_topic(app, name, settings.broker.partitions)
         for role, name in (
-            ("ordered", settings.ordered_topic),
-            ("deduped", settings.deduped_topic),
-            ("dlq", settings.dlq_topic),
-            ("late", settings.late_topic),
+            ("ordered", settings.ordered.ordered_topic),
+            ("deduped", settings.ordered.deduped_topic),
+            ("dlq", settings.ordered.dlq_topic),
+            ("late", settings.ordered.late_topic),
         )
     }
-    table = raw_table(app, "state", settings.partitions, options=settings.rocksdb_options())
+    table = raw_table(
+        app, "state", settings.broker.partitions, options=settings.runtime.rocksdb_options()
+    )
     # The reorder buffer's local writes wait in memory: most entries are
     # deleted (confirmed) before they would reach RocksDB.
     store = FaustRocksStore(table, app.batch_producer, deferred=codecs.BUFFER)  # type: ignore[attr-defined]
     topology = OrderedTopology(settings, Stores(store))
     app.seqkeeper = topology  # type: ignore[attr-defined]
-    probe = install_outbox(app, topology, store, topics.__getitem__, settings.outbox_linger)
+    probe = install_outbox(app, topology, store, topics.__getitem__, settings.runtime.outbox_linger)
     install_diagnostics(
         app,
         probe,
@@ -413,7 +415,7 @@ def build_app(settings: Settings) -> faust.App:
     install_metrics(app, topology.metrics.registry)
 
     def owned() -> list[Any]:
-        return owned_partitions(app, settings.input_topic)
+        return owned_partitions(app, settings.ordered.input_topic)
 
     @table.on_recover  # type: ignore[untyped-decorator]
     async def rebuild_index() -> None:
@@ -443,9 +445,9 @@ def build_app(settings: Settings) -> faust.App:
                 for r in records:
                     on_record(p, r.offset, r.key, r.value, seconds(r.timestamp), wall)
             ack_batch(app, fetched.partitions)
-            await relieve(app, topology, settings.outbox_max)
+            await relieve(app, topology, settings.runtime.outbox_max)
 
-    @app.timer(settings.timer_interval)
+    @app.timer(settings.runtime.timer_interval)
     async def gap_timeouts() -> None:
         if not app.rebalancing:
             consumer = app.consumer

@@ -98,32 +98,34 @@ class Outboxed(Protocol):
 
 def make_app(settings: Settings) -> faust.App:
     """The Faust app for ``settings`` (RocksDB tables, our transport fixes)."""
-    if not settings.broker:
-        raise ValueError("settings.broker is empty: start a broker first or give its address")
+    if not settings.broker.bootstrap:
+        raise ValueError(
+            "settings.broker.bootstrap is empty: start a broker first or give its address"
+        )
     app = App(
         settings.group_id,
-        broker=[f"kafka://{server.strip()}" for server in settings.broker.split(",")],
+        broker=[f"kafka://{server.strip()}" for server in settings.broker.bootstrap.split(",")],
         store="rocksdb://",
-        datadir=str(settings.data_dir),
+        datadir=str(settings.runtime.data_dir),
         web_enabled=True,
-        web_host=settings.web_host,
-        web_port=settings.web_port,
-        topic_partitions=settings.partitions,
-        topic_replication_factor=settings.replication,
+        web_host=settings.runtime.web_host,
+        web_port=settings.runtime.web_port,
+        topic_partitions=settings.broker.partitions,
+        topic_replication_factor=settings.broker.replication,
         consumer_auto_offset_reset="earliest",
         table_standby_replicas=0,
-        broker_session_timeout=settings.session_timeout,
-        broker_heartbeat_interval=min(3.0, settings.session_timeout / 3),
-        broker_max_poll_records=settings.max_poll_records,
-        broker_commit_interval=settings.commit_interval,
+        broker_session_timeout=settings.runtime.session_timeout,
+        broker_heartbeat_interval=min(3.0, settings.runtime.session_timeout / 3),
+        broker_max_poll_records=settings.runtime.max_poll_records,
+        broker_commit_interval=settings.runtime.commit_interval,
         # aiokafka sends at most one batch per partition per request: with
         # its 16 KiB default an outbox cycle of 10,000 changelog writes went
         # out as ~16 requests one after another, and under load each cycle
         # grew longer than the last (latency p99 at 2,500 msg/s: 2 s).
         producer_max_batch_size=PRODUCER_BATCH_BYTES,
     )
-    app.fetch_max_wait_ms = settings.fetch_wait_ms()
-    app.group_instance_id = settings.instance_id or None
+    app.fetch_max_wait_ms = settings.runtime.fetch_wait_ms()
+    app.group_instance_id = settings.runtime.instance_id or None
     return app
 
 

@@ -16,7 +16,7 @@ from seqkeeper.settings import Settings
 
 def test_the_core_path_emits_every_message_once_and_confirms_all(tmp_path: Path) -> None:
     records, distinct = workload(600, 30)
-    core = Core(Settings(broker="-", gap_timeout=3600.0), tmp_path)
+    core = Core(Settings.of(bootstrap="-", gap_timeout=3600.0), tmp_path)
     asyncio.run(core.run(records, _partitions(records), every=50))
     offsets = core.local.offsets
     assert sum(n for (topic, _), n in offsets.items() if topic == "ordered") == distinct

@@ -130,7 +130,7 @@ def test_smoke_run_writes_every_figure(broker, spark, tmp_path) -> None:
     lat = next(f for f in result["figures"] if f["name"].startswith("seqkeeper, latency p99"))
     floor = next(f for f in result["figures"] if "plain aiokafka, latency" in f["name"])
     ahead = next(f for f in result["figures"] if "write-ahead, latency" in f["name"])
-    wait = Settings(broker="-").fetch_wait_ms()
+    wait = Settings.of(bootstrap="-").runtime.fetch_wait_ms()
     for figure in (lat, floor, ahead):
         assert len(figure["detail"]["rounds"]) == 2
         assert figure["detail"]["producer linger ms"] == LATENCY_LINGER_MS

@@ -240,7 +240,7 @@ def test_a_scenario_that_raises_is_a_failed_outcome(
 
     monkeypatch.setattr(Chaos, "scenario_kill", boom)
     monkeypatch.setattr(Chaos, "scenario_corpus", lambda self: Outcome(TITLES["corpus"]))
-    runner = Chaos(Settings(broker="127.0.0.1:1"), tmp_path, SHORT)
+    runner = Chaos(Settings.of(bootstrap="127.0.0.1:1"), tmp_path, SHORT)
     done: list[Outcome] = []
     kill, corpus = runner.run(["kill", "corpus"], done.append)  # the run goes on
     assert done == [kill, corpus]
@@ -261,9 +261,7 @@ def test_titles_are_the_scenarios_own() -> None:
 
 @pytest.mark.integration
 def test_every_scenario_passes_short(broker, tmp_path, make_settings) -> None:
-    runner = Chaos(
-        make_settings(session_timeout=6.0), tmp_path, SHORT, local=broker.local, seed=3
-    )
+    runner = Chaos(make_settings(session_timeout=6.0), tmp_path, SHORT, local=broker.local, seed=3)
     outcomes = {o.scenario: o for o in runner.run(list(SCENARIOS))}
     for o in outcomes.values():
         assert o.ok, (o.scenario, o.notes)

@@ -61,9 +61,9 @@ def test_backoff_doubles_from_half_a_second_to_ten() -> None:
 
 def test_wait_setting_default_env_and_errors(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("SEQKEEPER_BROKER_WAIT", raising=False)
-    assert Settings().broker_wait == 300
+    assert Settings().broker.broker_wait == 300
     monkeypatch.setenv("SEQKEEPER_BROKER_WAIT", "2.5")
-    assert Settings().broker_wait == 2.5
+    assert Settings().broker.broker_wait == 2.5
     assert Settings().to_env()["SEQKEEPER_BROKER_WAIT"] == "2.5"
     assert parse_seconds("X", "0") == 0
     assert math.isinf(parse_seconds("X", "inf"))
@@ -199,7 +199,7 @@ def test_a_bad_wait_setting_is_one_line(tmp_path: Path) -> None:
     assert done.returncode == 2
     assert done.stdout == b""
     assert done.stderr.decode().strip() == (
-        "error: SEQKEEPER_BROKER_WAIT must be a non-negative number of seconds, got 'soon'"
+        "error: SEQKEEPER_BROKER_WAIT='soon': expected a non-negative number of seconds"
     )
 
 
@@ -214,8 +214,8 @@ def own_broker(port: int | None, log_path: Path) -> LocalBroker:
 @pytest.fixture
 def settings(names: dict[str, str], tmp_path: Path) -> Settings:
     """Worker settings with unique names; the broker is set by each test."""
-    return Settings(
-        broker="",
+    return Settings.of(
+        bootstrap="",
         kafka_home="",
         data_dir=tmp_path / "data",
         partitions=2,
@@ -255,7 +255,7 @@ def test_waits_for_a_broker_that_starts_late(
 ) -> None:
     port = free_port()
     address = f"127.0.0.1:{port}"
-    s = settings.with_overrides(broker=address)
+    s = settings.with_overrides(bootstrap=address)
     worker = WorkerProcess(s, tmp_path / "worker.log").start()
     worker_stopped.append(worker)
     # it retries, naming the address and the next delay ...
@@ -267,7 +267,7 @@ def test_waits_for_a_broker_that_starts_late(
         wait_for_log(worker, READY, timeout=120)
         assert "Traceback" not in worker.log()
         work = generate(messages=400, keys=10, malformed=2, seed=32)
-        asyncio.run(publish(s.broker, s.input_topic, work.records))
+        asyncio.run(publish(s.broker.bootstrap, s.ordered.input_topic, work.records))
         verified(s, worker)
         worker.check_alive()
         code = worker.stop()
@@ -281,9 +281,9 @@ def test_survives_a_broker_lost_mid_run(
     work = generate(messages=800, keys=10, malformed=4, seed=33)
     cut = len(work.records) // 2
     with own_broker(None, tmp_path / "broker.log") as broker:
-        s = settings.with_overrides(broker=broker.bootstrap)
-        asyncio.run(create_topics(s.broker, s.topics(), s.partitions))
-        asyncio.run(publish(s.broker, s.input_topic, work.records[:cut]))
+        s = settings.with_overrides(bootstrap=broker.bootstrap)
+        asyncio.run(create_topics(s.broker.bootstrap, s.topics(), s.broker.partitions))
+        asyncio.run(publish(s.broker.bootstrap, s.ordered.input_topic, work.records[:cut]))
         worker = WorkerProcess(s, tmp_path / "worker.log").start()
         worker_stopped.append(worker)
         verified(s, worker)
@@ -296,8 +296,10 @@ def test_survives_a_broker_lost_mid_run(
         # Apache Kafka's controller fenced its own broker during the freeze
         # (no heartbeat for 15 s): until it is unfenced, metadata names no
         # broker, and this test's own clients would fail on that
-        asyncio.run(wait_for_broker(s.broker, 60, lambda: broker_answers(s.broker)))
-        asyncio.run(publish(s.broker, s.input_topic, work.records[cut:]))
+        asyncio.run(
+            wait_for_broker(s.broker.bootstrap, 60, lambda: broker_answers(s.broker.bootstrap))
+        )
+        asyncio.run(publish(s.broker.bootstrap, s.ordered.input_topic, work.records[cut:]))
         verified(s, worker)
         worker.check_alive()
         code = worker.stop()

@@ -30,7 +30,7 @@ def test_demo_passes_verification_with_every_gap_given_up(make_settings) -> None
             continue
     gaps = sum(1 for seqs in delivered.values() for s in range(1, max(seqs)) if s not in seqs)
     assert gaps > 0
-    ordered = asyncio.run(read_topic(settings.broker, settings.ordered_topic))
+    ordered = asyncio.run(read_topic(settings.broker.bootstrap, settings.ordered.ordered_topic))
     markers = [r for r in ordered if b"seqkeeper.GapSkipped" in (r.value or b"")]
     assert 0 < len(markers) <= gaps
     covered = sum(
@@ -40,17 +40,27 @@ def test_demo_passes_verification_with_every_gap_given_up(make_settings) -> None
     assert covered == gaps
     # `seqkeeper verify` on the same topics, as a team would run it on theirs
     topics = [
-        *("--input-topic", settings.input_topic, "--ordered-topic", settings.ordered_topic),
-        *("--deduped-topic", settings.deduped_topic, "--dlq-topic", settings.dlq_topic),
-        *("--late-topic", settings.late_topic),
+        *(
+            "--input-topic",
+            settings.ordered.input_topic,
+            "--ordered-topic",
+            settings.ordered.ordered_topic,
+        ),
+        *(
+            "--deduped-topic",
+            settings.ordered.deduped_topic,
+            "--dlq-topic",
+            settings.ordered.dlq_topic,
+        ),
+        *("--late-topic", settings.ordered.late_topic),
     ]
     checked = CliRunner().invoke(
-        app, ["verify", "-b", settings.broker, *topics, "--drained", "--json"]
+        app, ["verify", "-b", settings.broker.bootstrap, *topics, "--drained", "--json"]
     )
     assert checked.exit_code == 0, checked.output
     assert orjson.loads(checked.output)["ok"] is True
-    wrong = [*topics[:3], f"{settings.ordered_topic}-nope", *topics[4:]]
-    missing = CliRunner().invoke(app, ["verify", "-b", settings.broker, *wrong])
+    wrong = [*topics[:3], f"{settings.ordered.ordered_topic}-nope", *topics[4:]]
+    missing = CliRunner().invoke(app, ["verify", "-b", settings.broker.bootstrap, *wrong])
     assert missing.exit_code == 2 and "does not exist" in missing.output, missing.output
 
 

@@ -30,10 +30,12 @@ def test_duplicate_storm_with_a_crash(make_settings, names, tmp_path) -> None:
         command_dlq_topic=f"cdlq-{tag}",
     )
     replies = f"replies-{tag}"
-    asyncio.run(create_topics(settings.broker, [*settings.topics(), replies], 3))
+    asyncio.run(create_topics(settings.broker.bootstrap, [*settings.topics(), replies], 3))
     work = storm(commands=400, reply_to=replies, seed=3)
     half = len(work.records) // 2
-    asyncio.run(publish(settings.broker, settings.command_topic, work.records[:half]))
+    asyncio.run(
+        publish(settings.broker.bootstrap, settings.commands.command_topic, work.records[:half])
+    )
     first = WorkerProcess(settings, tmp_path / "first.log").start()
     deadline = time.monotonic() + 90
     while "Worker ready" not in first.log():
@@ -42,7 +44,9 @@ def test_duplicate_storm_with_a_crash(make_settings, names, tmp_path) -> None:
         time.sleep(0.2)
     time.sleep(1.5)
     first.kill()  # somewhere between persist, dispatch and mark
-    asyncio.run(publish(settings.broker, settings.command_topic, work.records[half:]))
+    asyncio.run(
+        publish(settings.broker.bootstrap, settings.commands.command_topic, work.records[half:])
+    )
     second = WorkerProcess(settings, tmp_path / "second.log").start()
     try:
         report = wait_until_commands_verified(settings, replies, 150, second)
@@ -57,12 +61,21 @@ def test_duplicate_storm_with_a_crash(make_settings, names, tmp_path) -> None:
         assert one["entity"]["id"] == one["command"]["entity"]
         shown = CliRunner().invoke(
             app,
-            ["inspect", "-b", settings.broker, "--app-id", tag, "--message-id", "cmd-3-1"],
+            [
+                "inspect",
+                "-b",
+                settings.broker.bootstrap,
+                "--app-id",
+                tag,
+                "--message-id",
+                "cmd-3-1",
+            ],
         )
         assert shown.exit_code == 0, shown.output
         assert '"message_id": "cmd-3-1"' in shown.output and '"version"' in shown.output
         missing = CliRunner().invoke(
-            app, ["inspect", "-b", settings.broker, "--app-id", tag, "--message-id", "nope"]
+            app,
+            ["inspect", "-b", settings.broker.bootstrap, "--app-id", tag, "--message-id", "nope"],
         )
         assert missing.exit_code == 1
         related = lookup(table, correlation_id="corr-1")

@@ -19,7 +19,9 @@ pytestmark = pytest.mark.integration
 
 def test_kill_9_while_processing_loses_nothing(make_settings, tmp_path) -> None:
     settings = make_settings(partitions=3, gap_timeout=600.0)
-    asyncio.run(create_topics(settings.broker, settings.topics(), settings.partitions))
+    asyncio.run(
+        create_topics(settings.broker.bootstrap, settings.topics(), settings.broker.partitions)
+    )
     w = generate(messages=6000, keys=60, malformed=6, seed=5)
     kills = 3
     n = len(w.records)
@@ -27,7 +29,7 @@ def test_kill_9_while_processing_loses_nothing(make_settings, tmp_path) -> None:
     rng = random.Random(5)
     logs = []
     for i in range(kills):
-        asyncio.run(publish(settings.broker, settings.input_topic, waves[i]))
+        asyncio.run(publish(settings.broker.bootstrap, settings.ordered.input_topic, waves[i]))
         worker = WorkerProcess(settings, tmp_path / f"killed-{i}.log").start()
         deadline = time.monotonic() + 90
         while "Worker ready" not in worker.log():
@@ -37,7 +39,7 @@ def test_kill_9_while_processing_loses_nothing(make_settings, tmp_path) -> None:
         time.sleep(rng.uniform(0.5, 2.5))  # in the middle of the wave
         worker.kill()
         logs.append(worker.log())
-    asyncio.run(publish(settings.broker, settings.input_topic, waves[kills]))
+    asyncio.run(publish(settings.broker.bootstrap, settings.ordered.input_topic, waves[kills]))
     final = WorkerProcess(settings, tmp_path / "final.log").start()
     try:
         report = asyncio.run(wait_until_verified(settings, timeout=180, worker=final))

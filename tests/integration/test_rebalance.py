@@ -36,19 +36,19 @@ def test_partitions_move_with_their_state(make_settings, tmp_path) -> None:
     base = make_settings(partitions=4)
     a = WorkerProcess(base.with_overrides(data_dir=tmp_path / "a"), tmp_path / "a.log")
     b = WorkerProcess(base.with_overrides(data_dir=tmp_path / "b"), tmp_path / "b.log")
-    asyncio.run(create_topics(base.broker, base.topics(), base.partitions))
+    asyncio.run(create_topics(base.broker.bootstrap, base.topics(), base.broker.partitions))
     w = generate(messages=3000, keys=60, malformed=6, seed=21)
     thirds = [w.records[i * len(w.records) // 3 : (i + 1) * len(w.records) // 3] for i in range(3)]
     try:
-        asyncio.run(publish(base.broker, base.input_topic, thirds[0]))
+        asyncio.run(publish(base.broker.bootstrap, base.ordered.input_topic, thirds[0]))
         a.start()
         check(base, a)
         b.start()  # the group rebalances: some partitions move from a to b
         wait_until(lambda: "Worker ready" in b.log(), b, "b never got partitions while a ran")
-        asyncio.run(publish(base.broker, base.input_topic, thirds[1]))
+        asyncio.run(publish(base.broker.bootstrap, base.ordered.input_topic, thirds[1]))
         check(base, b)
         assert a.stop() == 0  # b takes every partition, with a's state
-        asyncio.run(publish(base.broker, base.input_topic, thirds[2]))
+        asyncio.run(publish(base.broker.bootstrap, base.ordered.input_topic, thirds[2]))
         check(base, b)
     finally:
         a.stop()

@@ -40,7 +40,7 @@ def wait_for(
 ) -> list[Record]:
     deadline = time.monotonic() + timeout
     while True:
-        records = asyncio.run(read_topic(settings.broker, topic))
+        records = asyncio.run(read_topic(settings.broker.bootstrap, topic))
         if done(records):
             return records
         worker.check_alive()
@@ -66,7 +66,7 @@ def seqs(records: list[Record], key: str) -> list[object]:
 
 def start(make_settings, tmp_path: Path, **policy: object) -> tuple[Settings, WorkerProcess]:
     s = make_settings(timer_interval=0.2, web_port=free_port(), **policy)
-    asyncio.run(create_topics(s.broker, s.topics(), s.partitions))
+    asyncio.run(create_topics(s.broker.bootstrap, s.topics(), s.broker.partitions))
     return s, WorkerProcess(s, tmp_path / "worker.log").start()
 
 
@@ -82,8 +82,8 @@ def test_gap_timeout_late_arrival_conflict_and_overflow_skip(make_settings, tmp_
     try:
         asyncio.run(
             publish(
-                s.broker,
-                s.input_topic,
+                s.broker.bootstrap,
+                s.ordered.input_topic,
                 [
                     event("gap", 1),
                     event("gap", 2),
@@ -98,22 +98,22 @@ def test_gap_timeout_late_arrival_conflict_and_overflow_skip(make_settings, tmp_
                 ],
             )
         )
-        ordered = wait_for(s, s.ordered_topic, lambda r: len(seqs(r, "gap")) == 5, worker)
+        ordered = wait_for(s, s.ordered.ordered_topic, lambda r: len(seqs(r, "gap")) == 5, worker)
         assert seqs(ordered, "gap") == [1, 2, (3, 3), 4, 5]
         # overflow: 5 arrives with 3 and 4 buffered -> the gap 2..2 is given up at once
         assert seqs(ordered, "full") == [1, (2, 2), 3, 4, 5]
         assert seqs(ordered, "conflict") == [1]
-        dlq = wait_for(s, s.dlq_topic, lambda r: len(r) >= 1, worker)
+        dlq = wait_for(s, s.ordered.dlq_topic, lambda r: len(r) >= 1, worker)
         assert [(r.key, r.header(REASON)) for r in dlq] == [(b"conflict", b"sequence-conflict")]
         schema = json.loads((SCHEMAS / "dead-letter-headers.schema.json").read_text())
         Draft202012Validator(schema).validate({k: v.decode() for k, v in dlq[0].headers})
         # the given-up sequence arrives after all: routed to the late topic
-        asyncio.run(publish(s.broker, s.input_topic, [event("gap", 3)]))
-        late = wait_for(s, s.late_topic, lambda r: len(r) == 1, worker)
+        asyncio.run(publish(s.broker.bootstrap, s.ordered.input_topic, [event("gap", 3)]))
+        late = wait_for(s, s.ordered.late_topic, lambda r: len(r) == 1, worker)
         assert late[0].header(REASON) == b"late-arrival" and late[0].value == event("gap", 3)[1]
-        assert late[0].header("kafka_dlt-original-topic") == s.input_topic.encode()
+        assert late[0].header("kafka_dlt-original-topic") == s.ordered.input_topic.encode()
         metrics = urllib.request.urlopen(
-            f"http://127.0.0.1:{s.web_port}/metrics", timeout=10
+            f"http://127.0.0.1:{s.runtime.web_port}/metrics", timeout=10
         ).read()
         assert b"seqkeeper_gap_timeouts_total 1.0" in metrics
         assert b"seqkeeper_gaps_skipped_on_overflow_total 1.0" in metrics
@@ -142,8 +142,8 @@ def test_overflow_dlq_and_late_drop(make_settings, tmp_path) -> None:
     try:
         asyncio.run(
             publish(
-                s.broker,
-                s.input_topic,
+                s.broker.bootstrap,
+                s.ordered.input_topic,
                 [
                     event("k", 10),
                     event("k", 12),
@@ -152,10 +152,12 @@ def test_overflow_dlq_and_late_drop(make_settings, tmp_path) -> None:
                 ],
             )
         )
-        dlq = wait_for(s, s.dlq_topic, lambda r: len(r) == 1, worker)
+        dlq = wait_for(s, s.ordered.dlq_topic, lambda r: len(r) == 1, worker)
         assert dlq[0].header(REASON) == b"buffer-overflow" and dlq[0].value == event("k", 14)[1]
-        asyncio.run(publish(s.broker, s.input_topic, [event("k", 11), event("k", 14)]))
-        ordered = wait_for(s, s.ordered_topic, lambda r: len(r) == 5, worker)
+        asyncio.run(
+            publish(s.broker.bootstrap, s.ordered.input_topic, [event("k", 11), event("k", 14)])
+        )
+        ordered = wait_for(s, s.ordered.ordered_topic, lambda r: len(r) == 5, worker)
         assert seqs(ordered, "k") == [10, 11, 12, 13, 14]  # first-seen: the key starts at 10
     finally:
         assert worker.stop() == 0

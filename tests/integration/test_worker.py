@@ -29,7 +29,7 @@ FETCHER_PARTITION = re.compile(r"'([^']+)/(\d+)': \((?:\d+|None), '(\w*)', '(\w*
 
 def settings_for(make_settings) -> Settings:
     s = make_settings(partitions=3)
-    asyncio.run(create_topics(s.broker, s.topics(), s.partitions))
+    asyncio.run(create_topics(s.broker.bootstrap, s.topics(), s.broker.partitions))
     return s
 
 
@@ -64,14 +64,14 @@ def check_fetching(settings: Settings, worker: WorkerProcess) -> None:
     changelogs = {
         tp: v for tp, v in parts.items() if tp[0] == f"{settings.group_id}-state-changelog"
     }
-    inputs = {tp: v for tp, v in parts.items() if tp[0] == settings.input_topic}
-    assert len(changelogs) == len(inputs) == settings.partitions, parts
+    inputs = {tp: v for tp, v in parts.items() if tp[0] == settings.ordered.input_topic}
+    assert len(changelogs) == len(inputs) == settings.broker.partitions, parts
     assert all(v == (True, False) for v in changelogs.values()), changelogs
     assert not any(paused for paused, _ in inputs.values()), inputs
 
 
 def run_phase(settings: Settings, records, log_path: Path) -> tuple[WorkerProcess, str]:
-    asyncio.run(publish(settings.broker, settings.input_topic, records))
+    asyncio.run(publish(settings.broker.bootstrap, settings.ordered.input_topic, records))
     worker = WorkerProcess(settings, log_path).start()
     try:
         report = asyncio.run(wait_until_verified(settings, timeout=120, worker=worker))
@@ -106,7 +106,9 @@ def test_restart_on_existing_state_resumes_without_replay(
     assert set(counts) == {"state"}, log[-3000:]
     assert sum(counts.values()) == 0, counts
     # the clean stop named the keys to look at: no reading of every key's state
-    assert log.count("(the keys named at the clean stop)") == settings.partitions, log[-3000:]
+    assert log.count("(the keys named at the clean stop)") == settings.broker.partitions, log[
+        -3000:
+    ]
     assert "(every key's state)" not in log
     if instance_id:  # static membership: the member id carries the instance id
         assert f"with member_id {instance_id}" in log, log[-3000:]
@@ -118,7 +120,7 @@ def test_deleted_data_dir_is_rebuilt_from_changelog(
     settings = settings_for(make_settings)
     first, second = split_workload
     run_phase(settings, first, tmp_path / "w1.log")
-    shutil.rmtree(settings.data_dir)
+    shutil.rmtree(settings.runtime.data_dir)
     # Phase two holds redeliveries of phase-one messages and fills gaps that
     # phase one left buffered: only rebuilt state passes the verification.
     _, log = run_phase(settings, second, tmp_path / "w2.log")

@@ -18,12 +18,16 @@ pytestmark = pytest.mark.integration
 
 def test_compacts_the_topics_that_exist(spark, broker, make_settings, tmp_path) -> None:
     settings = make_settings()
-    changelog = f"{settings.app_id}-state-changelog"
-    asyncio.run(create_topics(broker.bootstrap, [changelog, settings.ordered_topic], 2))
+    changelog = f"{settings.runtime.app_id}-state-changelog"
+    asyncio.run(create_topics(broker.bootstrap, [changelog, settings.ordered.ordered_topic], 2))
     asyncio.run(put(broker.bootstrap, changelog, [(b"a", b"1"), (b"a", b"2"), (b"b", b"3")]))
-    asyncio.run(put(broker.bootstrap, settings.ordered_topic, [(b"k", b'{"messageId":"x"}')]))
-    changelogs, messages = plan_topics(settings, {changelog, settings.ordered_topic, "other"})
-    assert (changelogs, messages) == ([changelog], [settings.ordered_topic])
+    asyncio.run(
+        put(broker.bootstrap, settings.ordered.ordered_topic, [(b"k", b'{"messageId":"x"}')])
+    )
+    changelogs, messages = plan_topics(
+        settings, {changelog, settings.ordered.ordered_topic, "other"}
+    )
+    assert (changelogs, messages) == ([changelog], [settings.ordered.ordered_topic])
     steps: list[tuple[str, int]] = []
     done = run_compact(spark, settings, tmp_path / "w", lambda s, n: steps.append((s, n)))
     assert done == {"snapshots": 1, "audit": 1}

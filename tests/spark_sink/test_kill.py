@@ -32,8 +32,8 @@ def test_compact_killed_midway_leaves_the_last_run_and_a_rerun_completes(
     spark, broker, make_settings, tmp_path
 ) -> None:
     settings = make_settings()
-    changelog = f"{settings.app_id}-state-changelog"
-    ordered = settings.ordered_topic
+    changelog = f"{settings.runtime.app_id}-state-changelog"
+    ordered = settings.ordered.ordered_topic
     asyncio.run(create_topics(broker.bootstrap, [changelog, ordered], 2))
     asyncio.run(
         put(broker.bootstrap, changelog, [(f"k{i % 5}".encode(), b"%d" % i) for i in range(50)])
@@ -55,12 +55,19 @@ def test_compact_killed_midway_leaves_the_last_run_and_a_rerun_completes(
     env = {
         **os.environ,
         "SEQKEEPER_ORDERED_TOPIC": ordered,
-        "SEQKEEPER_INPUT_TOPIC": settings.input_topic,
-        "SEQKEEPER_DEDUPED_TOPIC": settings.deduped_topic,
-        "SEQKEEPER_DLQ_TOPIC": settings.dlq_topic,
+        "SEQKEEPER_INPUT_TOPIC": settings.ordered.input_topic,
+        "SEQKEEPER_DEDUPED_TOPIC": settings.ordered.deduped_topic,
+        "SEQKEEPER_DLQ_TOPIC": settings.ordered.dlq_topic,
     }
     cmd = [sys.executable, "-m", "seqkeeper", "compact", "-b", broker.bootstrap]
-    cmd += ["--warehouse", str(warehouse), "--master", "local[2]", "--app-id", settings.app_id]
+    cmd += [
+        "--warehouse",
+        str(warehouse),
+        "--master",
+        "local[2]",
+        "--app-id",
+        settings.runtime.app_id,
+    ]
     proc = subprocess.Popen(
         cmd, env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )

@@ -13,7 +13,7 @@ from seqkeeper.state.commands import CommandStore
 from seqkeeper.state.memory import MemoryStore
 from seqkeeper.topologies.commands import CommandTopology
 
-SETTINGS = Settings(broker="unused", topology="commands", command_retry_delay=1.0)
+SETTINGS = Settings.of(bootstrap="unused", topology="commands", command_retry_delay=1.0)
 
 
 def cmd(mid: str, ctype: str, payload: object, sku: str = "sku-1") -> tuple[bytes, bytes]:
@@ -94,7 +94,7 @@ def test_poison_and_transient_failures_keep_the_partition_flowing() -> None:
     topology.on_record(0, 2, key, value, [("tenant", b"t2")], 1.0, 100.0)
     feed(topology, cmd("ok", "AddStock", {"quantity": 1}))
     batch = topology.take()
-    dead = [dict(h or []) for t, _, _, h in batch.records if t == SETTINGS.command_dlq_topic]
+    dead = [dict(h or []) for t, _, _, h in batch.records if t == SETTINGS.commands.command_dlq_topic]
     assert [h["seqkeeper.reason"] for h in dead] == [
         b"invalid-envelope",
         b"unknown-command-type",
@@ -116,8 +116,8 @@ def test_transient_failures_are_retried_by_the_timer_then_dead_lettered() -> Non
             raise ConnectionError("database away")
         return 1, []
 
-    settings = Settings(
-        broker="unused", topology="commands", command_attempts=3, command_retry_delay=1.0
+    settings = Settings.of(
+        bootstrap="unused", topology="commands", command_attempts=3, command_retry_delay=1.0
     )
     memory = MemoryStore()
     topology = CommandTopology(settings, CommandStore(memory), flaky)
@@ -131,7 +131,7 @@ def test_transient_failures_are_retried_by_the_timer_then_dead_lettered() -> Non
     for now in (100.5, 101.0, 103.0):
         restarted.on_tick(now)
     records = restarted.take().records
-    dead = [dict(h or []) for t, _, _, h in records if t == settings.command_dlq_topic]
+    dead = [dict(h or []) for t, _, _, h in records if t == settings.commands.command_dlq_topic]
     assert calls == {"soon": 3, "never": 3}
     assert len(dead) == 1 and dead[0]["seqkeeper.attempts"] == b"3"
     assert b"ConnectionError" in dead[0]["kafka_dlt-exception-fqcn"]
@@ -142,7 +142,7 @@ def test_transient_failures_are_retried_by_the_timer_then_dead_lettered() -> Non
 
 
 def test_old_receipts_are_cleaned_in_batches_and_the_entity_stays_small() -> None:
-    settings = Settings(broker="unused", topology="commands", receipt_max_age=3600.0)
+    settings = Settings.of(bootstrap="unused", topology="commands", receipt_max_age=3600.0)
     memory = MemoryStore()
     topology = CommandTopology(settings, CommandStore(memory), registry)
     topology.on_assigned({0})

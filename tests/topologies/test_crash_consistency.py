@@ -207,7 +207,7 @@ def test_a_crash_anywhere_loses_nothing_and_keeps_order(seed: int, script: list[
     ]
     # A small buffer: overflows give gaps up early (the verifier cannot
     # predict dead-lettered overflows, so the policy is "skip").
-    config = Settings(broker="unused", gap_timeout=2.0, max_buffered_per_key=6)
+    config = Settings.of(bootstrap="unused", gap_timeout=2.0, max_buffered_per_key=6)
     world = World(inputs, config)
     for action in script:
         if action[0] == "record":

@@ -23,7 +23,8 @@ def markers(topology: OrderedTopology) -> list[bytes]:
 
 def run(field: str) -> OrderedTopology:
     topology = OrderedTopology(
-        Settings(broker="unused", gap_timeout=5.0, event_time_field=field), Stores(MemoryStore())
+        Settings.of(bootstrap="unused", gap_timeout=5.0, event_time_field=field),
+        Stores(MemoryStore()),
     )
     topology.on_assigned({0})
     # record timestamps stay at 100 s; the payload says 1000 s, then 1010 s
@@ -43,7 +44,7 @@ def test_the_event_time_field_drives_gap_timeouts() -> None:
 
 def test_a_bad_event_time_is_dead_lettered() -> None:
     topology = OrderedTopology(
-        Settings(broker="unused", event_time_field="metadata.ts"), Stores(MemoryStore())
+        Settings.of(bootstrap="unused", event_time_field="metadata.ts"), Stores(MemoryStore())
     )
     topology.on_assigned({0})
     topology.on_record(0, 0, b"k", event(1, "soon"), 100.0, wall=1.0)
@@ -52,7 +53,7 @@ def test_a_bad_event_time_is_dead_lettered() -> None:
 
 
 def test_the_timer_sweep_forgets_aged_ids_of_quiet_keys() -> None:
-    settings = Settings(broker="unused", seen_max_age=60.0)
+    settings = Settings.of(bootstrap="unused", seen_max_age=60.0)
     topology = OrderedTopology(settings, Stores(MemoryStore()))
     topology.on_assigned({0})
     keys = 150  # more than one sweep round

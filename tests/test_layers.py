@@ -1,0 +1,163 @@
+"""The dependency graph: configuration at the bottom, the shell on top, and
+no cycles, counting imports inside functions too (they hide cycles, they do
+not remove them)."""
+
+from __future__ import annotations
+
+import ast
+import os
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "seqkeeper"
+
+#: What each layer may import from seqkeeper (itself always). Everything
+#: else in seqkeeper is the shell: the CLI and what serves it.
+ALLOWED: dict[str, set[str]] = {
+    "seqkeeper.processors": set(),
+    "seqkeeper.settings": {"seqkeeper.processors"},
+    "seqkeeper.state": {"seqkeeper.processors", "seqkeeper.settings"},
+    "seqkeeper.spark_sink": {"seqkeeper.processors", "seqkeeper.state", "seqkeeper.settings"},
+    "seqkeeper.topologies": {"seqkeeper.processors", "seqkeeper.state", "seqkeeper.settings"},
+}
+#: Third-party packages a layer must not import.
+FORBIDDEN_THIRD_PARTY: dict[str, set[str]] = {
+    "seqkeeper.processors": {"faust", "mode", "aiokafka", "rocksdict", "pyspark"},
+    "seqkeeper.settings": {"faust", "mode", "aiokafka", "rocksdict", "pyspark"},
+}
+
+
+def module_name(path: Path) -> str:
+    rel = path.relative_to(ROOT).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def modules() -> dict[str, Path]:
+    """Every module of the package, by name, reached through the symlinks."""
+    found = {}
+    for folder, _, files in os.walk(PACKAGE, followlinks=True):
+        for file in files:
+            if file.endswith(".py"):
+                path = Path(folder) / file
+                found[module_name(path)] = path
+    return found
+
+
+def imports(path: Path, name: str) -> set[str]:
+    """Every module ``path`` imports, anywhere in it (absolute names)."""
+    found: set[str] = set()
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+                target = f"{base}.{node.module}" if node.module else base
+            else:
+                target = node.module or ""
+            found.add(target)
+            found |= {f"{target}.{alias.name}" for alias in node.names}
+    return found
+
+
+def layer_of(name: str) -> str:
+    for layer in sorted(ALLOWED, key=len, reverse=True):
+        if name == layer or name.startswith(layer + "."):
+            return layer
+    return "shell"
+
+
+def within(name: str, prefixes: set[str]) -> bool:
+    return any(name == p or name.startswith(p + ".") for p in prefixes)
+
+
+def graph() -> dict[str, set[str]]:
+    mods = modules()
+    edges: dict[str, set[str]] = {}
+    for name, path in mods.items():
+        targets = {t for t in imports(path, name) if t in mods}
+        edges[name] = targets - {name}
+    return edges
+
+
+def test_the_package_is_found() -> None:
+    mods = modules()
+    assert "seqkeeper.processors.resequencer" in mods
+    assert "seqkeeper.topologies.ordered" in mods
+    assert "seqkeeper.cli" in mods
+
+
+@pytest.mark.parametrize("layer", sorted(ALLOWED))
+def test_a_layer_imports_only_what_is_below_it(layer: str) -> None:
+    mods = modules()
+    wrong = {}
+    for name, path in mods.items():
+        if layer_of(name) != layer:
+            continue
+        bad = sorted(
+            t
+            for t in imports(path, name)
+            if t.startswith("seqkeeper")
+            and t != "seqkeeper"
+            and not within(t, ALLOWED[layer] | {layer})
+        )
+        third = sorted(
+            t
+            for t in imports(path, name)
+            if t.split(".")[0] in FORBIDDEN_THIRD_PARTY.get(layer, ())
+        )
+        if bad or third:
+            wrong[name] = bad + third
+    assert not wrong, wrong
+
+
+def test_the_checks_can_fail() -> None:
+    assert layer_of("seqkeeper.topologies.shell") == "seqkeeper.topologies"
+    assert layer_of("seqkeeper.cli") == "shell"
+    assert not within("seqkeeper.cli", ALLOWED["seqkeeper.topologies"])
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == [["a", "b", "c"]]
+
+
+def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(edges.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_import_cycles() -> None:
+    assert cycles(graph()) == []
