@@ -36,12 +36,11 @@ from typing import Any
 
 import orjson
 from aiokafka.partitioner import murmur2
-from aiokafka.producer.message_accumulator import BatchBuilder
 
+from seqkeeper.adapter.producer import AcknowledgingProducer, BatchProducer
 from seqkeeper.bench.harness import FULL, Records, workload
 from seqkeeper.settings import Settings
 from seqkeeper.state import codecs
-from seqkeeper.state.producer import BatchProducer
 from seqkeeper.state.rocksdb import FaustRocksStore
 from seqkeeper.state.stores import Stores
 from seqkeeper.topologies.ordered import OrderedTopology
@@ -49,39 +48,6 @@ from seqkeeper.topologies.shell import PRODUCER_BATCH_BYTES
 from seqkeeper.worker import tune_interpreter
 
 PARTITIONS = FULL.partitions  # as the bench's topics
-
-
-class _Sent:
-    def __init__(self, offset: int) -> None:
-        self.offset = offset
-
-
-class LocalProducer:
-    """What :class:`BatchProducer` needs of aiokafka's producer: batches are
-    built (aiokafka's builder) and acknowledged at once, never sent."""
-
-    def __init__(self) -> None:
-        #: records "sent" per topic-partition
-        self.offsets: dict[tuple[str, int], int] = {}
-        self.client = SimpleNamespace(
-            cluster=SimpleNamespace(partitions_for_topic=lambda topic: set(range(PARTITIONS))),
-            _wait_on_metadata=self._metadata,
-        )
-
-    @staticmethod
-    async def _metadata(topic: str) -> None:
-        return None
-
-    def create_batch(self) -> BatchBuilder:
-        return BatchBuilder(PRODUCER_BATCH_BYTES, 0)  # as the worker's producer
-
-    async def send_batch(self, batch: BatchBuilder, topic: str, partition: int) -> Any:
-        batch._build()
-        first = self.offsets.get((topic, partition), 0)
-        self.offsets[(topic, partition)] = first + batch._relative_offset
-        done = asyncio.get_running_loop().create_future()
-        done.set_result(_Sent(first))
-        return done
 
 
 def _table(directory: Path, settings: Settings) -> Any:
@@ -100,13 +66,11 @@ def _table(directory: Path, settings: Settings) -> Any:
 
     return SimpleNamespace(
         name="state",
-        changelog_topic=SimpleNamespace(get_topic_name=lambda: "state-changelog"),
-        data=SimpleNamespace(
-            _dbs=dbs,
-            _db_for_partition=db_for_partition,
-            set_persisted_offset=lambda tp, offset: persisted.__setitem__(tp.partition, offset),
-            persisted_offset=lambda tp: persisted.get(tp.partition),
-        ),
+        changelog_topic="state-changelog",
+        open_dbs=lambda: dbs,
+        db_for=db_for_partition,
+        set_persisted_offset=persisted.__setitem__,
+        persisted_offset=persisted.get,
     )
 
 
@@ -118,7 +82,7 @@ class Core:
     """One fresh topology and store (a new RocksDB) per run."""
 
     def __init__(self, settings: Settings, directory: Path) -> None:
-        self.local = LocalProducer()
+        self.local = AcknowledgingProducer(PARTITIONS, PRODUCER_BATCH_BYTES)
         self.producer = BatchProducer(lambda: self.local)
         self.store = FaustRocksStore(
             _table(directory, settings), self.producer, deferred=codecs.BUFFER

@@ -31,10 +31,10 @@ from typing import Any
 import orjson
 from aiokafka import TopicPartition
 
+from seqkeeper.adapter.producer import BatchProducer
 from seqkeeper.broker import die_with_parent, free_port
 from seqkeeper.demo import publish
 from seqkeeper.settings import Settings
-from seqkeeper.state.producer import BatchProducer
 from seqkeeper.topics import create_topics, end_offsets_of
 from seqkeeper.worker import WorkerProcess
 
@@ -177,7 +177,7 @@ def measure_output(
     async def run() -> tuple[float, int]:
         from aiokafka import AIOKafkaConsumer
 
-        from seqkeeper.state.offsets import high_watermarks
+        from seqkeeper.adapter.offsets import high_watermarks
         from seqkeeper.topics import UnknownTopic, topic_partitions
 
         consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)

@@ -60,11 +60,11 @@ async def write_ahead(
     ``changelog`` (the input's key and partition, its offset as the value),
     acknowledged before the outputs are produced, as seqkeeper's outbox
     cycle does (state before output) but without its state. Both sends go
-    as record batches (:class:`~state.producer.BatchProducer`, seqkeeper's
+    as record batches (:class:`~seqkeeper.adapter.producer.BatchProducer`, seqkeeper's
     own, no linger), and the offsets are committed without waiting for the
     commit: a floor of seqkeeper's order of writes and its way of sending,
     not the limit's per-record sends."""
-    from seqkeeper.state.producer import BatchProducer, Out, Record
+    from seqkeeper.adapter.producer import BatchProducer, Out, Record
     from seqkeeper.topologies.shell import (
         PRODUCER_BATCH_BYTES,  # (imports Faust: not for the limit)
     )

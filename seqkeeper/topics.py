@@ -12,7 +12,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import TopicAlreadyExistsError
 
-from seqkeeper.state.offsets import high_watermarks, partitions_of
+from seqkeeper.adapter.offsets import high_watermarks, partitions_of
 
 
 @dataclass(frozen=True, slots=True)

@@ -259,7 +259,7 @@ class WorkerProcess:
 
     def dump(self, wait: float = 1.0) -> None:
         """Have a running worker log its asyncio tasks and consumer state
-        (SIGUSR1, see :func:`topologies.shell.install_diagnostics`): called
+        (SIGUSR1, see :func:`seqkeeper.adapter.diagnostics.install_diagnostics`): called
         before a test gives up on it, so its log shows where it was stuck."""
         if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGUSR1)

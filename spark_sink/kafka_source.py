@@ -13,7 +13,7 @@ the connector jar switches with one option: :func:`read_kafka`
 ``(format="kafka")``.
 
 End offsets are exact on both brokers: ``latest`` is the fetch high
-watermark (:mod:`state.offsets`), not ListOffsets, which the embedded
+watermark (:mod:`seqkeeper.adapter.offsets`), not ListOffsets, which the embedded
 broker answers short on multi-record batches.
 """
 
@@ -109,7 +109,7 @@ async def plan(
     """The slices to read: exact ends, offsets resolved, large ones split."""
     from aiokafka import AIOKafkaConsumer, TopicPartition
 
-    from seqkeeper.state.offsets import high_watermarks, partitions_of
+    from seqkeeper.adapter.offsets import high_watermarks, partitions_of
 
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
     await consumer.start()

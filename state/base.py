@@ -8,12 +8,53 @@ Engines: :mod:`state.memory` (tests, no broker) and :mod:`state.rocksdb`
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from typing import Protocol
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any, Protocol
 
 #: One write: (key, value, no headers); a ``None`` value deletes the key.
 #: The same tuple is the changelog record a changelogged store produces.
 Change = tuple[bytes, bytes | None, tuple[()]]
+
+Header = tuple[str, bytes]
+#: A record as produced to a known topic-partition: key, value, headers.
+Record = tuple[bytes | None, bytes | None, Sequence[Header]]
+
+
+class ChangelogSink(Protocol):
+    """Where a changelogged store sends its changelog records
+    (:class:`seqkeeper.adapter.producer.BatchProducer`)."""
+
+    async def send(
+        self, records: Mapping[tuple[str, int], Iterable[Record]]
+    ) -> dict[tuple[str, int], int]:
+        """Send each partition's records in order and wait for their
+        acknowledgements; the offset of each partition's last record."""
+        ...
+
+
+class LocalTable(Protocol):
+    """A changelogged table whose partitions are local RocksDB databases,
+    as a store needs it (:class:`seqkeeper.adapter.tables.RocksTable` over a
+    Faust table)."""
+
+    name: str
+    #: the changelog topic's name
+    changelog_topic: str
+
+    def open_dbs(self) -> Mapping[int, Any]:
+        """The partitions' open databases (a live view: a database leaves it
+        when the table closes it)."""
+        ...
+
+    def db_for(self, partition: int) -> Any:
+        """The partition's database (``rocksdict.Rdict``), opened if needed."""
+        ...
+
+    def persisted_offset(self, partition: int) -> int | None:
+        """The changelog offset the local database holds everything up to."""
+        ...
+
+    def set_persisted_offset(self, partition: int, offset: int) -> None: ...
 
 
 class PartitionStore(Protocol):

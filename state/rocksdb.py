@@ -3,7 +3,7 @@
 Reads and writes go straight to the partition's RocksDB database (rocksdict,
 raw mode). Every write is also queued, in order, for the table's changelog
 topic (same partition); :meth:`FaustRocksStore.flush` sends the queue as
-record batches (:mod:`state.producer`), waits for the acknowledgements, and
+record batches (:mod:`seqkeeper.adapter.producer`), waits for the acknowledgements, and
 records the persisted changelog offset per partition as Faust's own
 changelog path does, so Faust's recovery (from the changelog, or from local
 RocksDB up to the persisted offset) works unchanged. Going around
@@ -16,13 +16,13 @@ output, so no output is ever on the broker before the state behind it.
 
 Local writes are deferred (``deferred=`` a family's prefix byte): they go
 to the changelog queue at once, to RocksDB later, sorted, in one write
-batch per partition (RocksDB inserts sorted keys in a batch at about half
-the cost of single puts at random keys). Writes of most families are
+batch per partition (RocksDB inserts a batch of sorted keys more cheaply
+than single puts at random keys). Writes of most families are
 written when the outbox cycle takes the changelog records
 (:meth:`FaustRocksStore.take_writes`). Those of the ``deferred`` family (the
 reorder buffer) wait longer (:meth:`FaustRocksStore.sync`, or when
 :data:`DEFERRED_KEPT` wait): an entry put and deleted meanwhile (a message
-released and confirmed within a second) never costs a RocksDB write, and
+released and confirmed before the family's writes are due) never costs a RocksDB write, and
 while a partition's DB holds no entry of the family (checked when the DB
 opens), a lookup missing in memory needs no RocksDB read either. Reads see
 every waiting write. The persisted changelog offset (where Faust's recovery
@@ -35,13 +35,10 @@ from __future__ import annotations
 
 import itertools
 import struct
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from faust.types import TP
-
-from seqkeeper.state.base import Change
-from seqkeeper.state.producer import BatchProducer, Record
+from seqkeeper.state.base import Change, ChangelogSink, LocalTable, Record
 
 #: Where :meth:`FaustRocksStore.mark` keeps its value in a partition's
 #: RocksDB (outside every family's prefix; never changelogged).
@@ -58,17 +55,15 @@ def _no_wal() -> Any:
     return options
 
 
-#: Local writes skip RocksDB's write-ahead log (half the cost of a put): the
-#: local state is a copy of the changelog. After a crash it is discarded and
+#: Local writes skip RocksDB's write-ahead log, a second write of every
+#: put: the local state is a copy of the changelog. After a crash it is discarded and
 #: rebuilt anyway (seqkeeper.worker); a clean stop flushes the memtables as
 #: RocksDB closes.
 _NO_WAL = _no_wal()
 
 #: A bloom filter over the whole keys in each memtable (RocksDB's filters
 #: are per SST file): most lookups are seen-id misses, and without one a
-#: miss searches the memtable's skiplist. A miss cost 0.5-0.9 us instead of
-#: 1.0-1.9 us (8 MiB write buffer, 50,000-1,200,000 keys written), and the
-#: core path ~2.5 % less CPU per record. Its memory: a tenth of the write
+#: miss searches the memtable's skiplist. Its memory: a tenth of the write
 #: buffer per memtable. Set when a DB opens (a mutable option).
 MEMTABLE_BLOOM = {
     "memtable_prefix_bloom_size_ratio": "0.1",
@@ -77,10 +72,10 @@ MEMTABLE_BLOOM = {
 
 #: Writes of the deferred family kept in memory at most (then the oldest
 #: half is written). A buffer entry waits for its gap and then for its
-#: confirmation: up to ~84,000 waited at once in the 200,000-message bench,
-#: where a cap of 50,000 sent 175,000 of the 200,000 buffer entries to
-#: RocksDB and deleted them there again. Each waiting entry costs ~110 bytes
-#: beyond its message (whose bytes the outbox and ``Stores`` share).
+#: confirmation, so the cap is set above what waits at once under load: a
+#: lower one writes most buffer entries to RocksDB only to delete them there
+#: again. Each waiting entry costs a dict entry beyond its message (whose
+#: bytes the outbox and ``Stores`` share).
 DEFERRED_KEPT = 200_000
 #: Keys of the deferred family known to be in a partition's DB at most
 #: (beyond, lookups that miss in memory read RocksDB).
@@ -90,10 +85,9 @@ _ABSENT = object()
 
 class Writes:
     """A partition's changelog records until an outbox cycle takes them, as
-    two columns. A list of ``(key, value, headers)`` tuples, as before,
-    kept a tracked tuple per write until the cycle took it: ~40 % of what
-    each young garbage collection examined. Lists of bytes add nothing to
-    examine."""
+    two columns: lists of bytes add nothing for the garbage collector to
+    examine, where a list of ``(key, value, headers)`` tuples would keep a
+    tracked tuple per write until the cycle takes it."""
 
     __slots__ = ("keys", "values")
 
@@ -112,8 +106,8 @@ class FaustRocksStore:
 
     def __init__(
         self,
-        table: Any,
-        producer: BatchProducer,
+        table: LocalTable,
+        producer: ChangelogSink,
         deferred: bytes | None = None,
         keep: int = DEFERRED_KEPT,
     ) -> None:
@@ -133,7 +127,7 @@ class FaustRocksStore:
         self._queued: dict[int, Writes] = {}
         self._marked: set[int] = set()
         self._tuned: dict[int, int] = {}  # partition -> id of the DB tuned
-        self._open: dict[int, Any] | None = None  # Faust's open DBs (its own dict)
+        self._open: Mapping[int, Any] | None = None  # the open DBs (the table's live view)
 
     def take_writes(self) -> dict[int, Writes]:
         """The changelog records of the writes made so far, per partition
@@ -167,14 +161,14 @@ class FaustRocksStore:
         """Send taken writes to the changelog; return once all are durable."""
         if not writes:
             return
-        topic: str = self.table.changelog_topic.get_topic_name()
+        topic = self.table.changelog_topic
         last = await self.producer.send({(topic, p): w.records() for p, w in writes.items()})
         for (_, partition), offset in last.items():
             if self._waiting.get(partition):
                 self._offsets[partition] = offset  # written with the waiting writes
             else:
                 self._offsets.pop(partition, None)
-                self.table.data.set_persisted_offset(TP(topic, partition), offset)
+                self.table.set_persisted_offset(partition, offset)
 
     def sync(self) -> None:
         """Write the deferred writes to the local RocksDB (and the persisted
@@ -210,17 +204,16 @@ class FaustRocksStore:
         self._waiting.pop(partition, None)
         offset = self._offsets.pop(partition, None)
         if offset is not None:
-            topic = self.table.changelog_topic.get_topic_name()
-            self.table.data.set_persisted_offset(TP(topic, partition), offset)
+            self.table.set_persisted_offset(partition, offset)
 
     def _db(self, partition: int) -> Any:
         opened = self._open
         if opened is None:
-            opened = self._open = self.table.data._dbs
+            opened = self._open = self.table.open_dbs()
         db = opened.get(partition)
         if db is not None and self._tuned.get(partition) == id(db):
             return db
-        db = self.table.data._db_for_partition(partition)
+        db = self.table.db_for(partition)
         # Only the id is kept: Faust closes a revoked partition's DB by
         # dropping its last reference, and a DB kept open here would hold
         # RocksDB's lock when the partition comes back (a reused id costs at
@@ -258,8 +251,7 @@ class FaustRocksStore:
         return value
 
     def _persisted(self, partition: int) -> int:
-        tp = TP(self.table.changelog_topic.get_topic_name(), partition)
-        offset = self.table.data.persisted_offset(tp)
+        offset = self.table.persisted_offset(partition)
         return -1 if offset is None else int(offset)
 
     def mark(self, partition: int, value: bytes) -> None:

@@ -19,8 +19,19 @@ ALLOWED: dict[str, set[str]] = {
     "seqkeeper.processors": set(),
     "seqkeeper.settings": {"seqkeeper.processors"},
     "seqkeeper.state": {"seqkeeper.processors", "seqkeeper.settings"},
-    "seqkeeper.spark_sink": {"seqkeeper.processors", "seqkeeper.state", "seqkeeper.settings"},
-    "seqkeeper.topologies": {"seqkeeper.processors", "seqkeeper.state", "seqkeeper.settings"},
+    "seqkeeper.adapter": {"seqkeeper.processors", "seqkeeper.state", "seqkeeper.settings"},
+    "seqkeeper.spark_sink": {
+        "seqkeeper.processors",
+        "seqkeeper.state",
+        "seqkeeper.settings",
+        "seqkeeper.adapter",
+    },
+    "seqkeeper.topologies": {
+        "seqkeeper.processors",
+        "seqkeeper.state",
+        "seqkeeper.settings",
+        "seqkeeper.adapter",
+    },
 }
 #: Third-party packages a layer must not import.
 FORBIDDEN_THIRD_PARTY: dict[str, set[str]] = {

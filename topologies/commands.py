@@ -25,6 +25,9 @@ import faust
 import orjson
 from prometheus_client import CollectorRegistry, Counter
 
+from seqkeeper.adapter.batches import ack_batch, batch_source, current, seconds
+from seqkeeper.adapter.diagnostics import install_diagnostics
+from seqkeeper.adapter.tables import RocksTable, raw_table
 from seqkeeper.processors.command import (
     DEAD_LETTER,
     Decision,
@@ -41,12 +44,10 @@ from seqkeeper.processors.dead_letter import dead_letter_headers
 from seqkeeper.processors.envelope import InvalidMessage
 from seqkeeper.settings import Settings
 from seqkeeper.state.commands import CommandStore
-from seqkeeper.state.faust_glue import ack_batch, batch_source, current, raw_table, seconds
 from seqkeeper.state.rocksdb import FaustRocksStore
 from seqkeeper.topologies.shell import (
     Batch,
     OutboxOwner,
-    install_diagnostics,
     install_metrics,
     install_outbox,
     make_app,
@@ -294,7 +295,7 @@ def build_app(settings: Settings, registry: Registry | None = None) -> faust.App
     table = raw_table(
         app, "commands", settings.broker.partitions, options=settings.runtime.rocksdb_options()
     )
-    store = FaustRocksStore(table, app.batch_producer)  # type: ignore[attr-defined]
+    store = FaustRocksStore(RocksTable(table), app.batch_producer)  # type: ignore[attr-defined]
     topology = CommandTopology(settings, CommandStore(store), registry)
     app.seqkeeper = topology  # type: ignore[attr-defined]
     probe = install_outbox(app, topology, store, resolve, settings.runtime.outbox_linger)
@@ -308,7 +309,7 @@ def build_app(settings: Settings, registry: Registry | None = None) -> faust.App
 
     @app.agent(batch_source(app, source))
     async def handle(stream: Any) -> None:
-        async for fetched in stream:  # one Fetched per fetch (state.faust_glue)
+        async for fetched in stream:  # one Fetched per fetch (seqkeeper.adapter.batches)
             if not current(app, fetched):
                 continue
             on_record, wall = topology.on_record, time.time()

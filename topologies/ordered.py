@@ -22,7 +22,7 @@ Crash consistency is write-ahead, as with a Transactional Outbox:
    next batch may be taken, and its state writes sent, while one is
    produced; batches are produced in the order they were taken.
 3. Faust commits an input offset only after an outbox cycle (the commit hook
-   in :mod:`state.faust_glue`), so every record below the committed offset
+   in :mod:`seqkeeper.adapter.batches`), so every record below the committed offset
    has durable outputs.
 
 So no output is ever durable before the state that produced it, and after a
@@ -46,6 +46,9 @@ from typing import Any
 
 import faust
 
+from seqkeeper.adapter.batches import ack_batch, batch_source, current, read_offset, seconds
+from seqkeeper.adapter.diagnostics import install_diagnostics
+from seqkeeper.adapter.tables import RocksTable, raw_table
 from seqkeeper.processors import deduplicator, resequencer
 from seqkeeper.processors.clock import StreamClock
 from seqkeeper.processors.dead_letter import dead_letter_headers
@@ -53,7 +56,6 @@ from seqkeeper.processors.envelope import InvalidMessage, Message, Reason, parse
 from seqkeeper.processors.resequencer import Emission, GapSkipped, KeyState, Step
 from seqkeeper.settings import Settings
 from seqkeeper.state import codecs
-from seqkeeper.state.faust_glue import ack_batch, batch_source, current, raw_table, seconds
 from seqkeeper.state.rocksdb import FaustRocksStore
 from seqkeeper.state.stores import Stores
 from seqkeeper.state.timers import GapTimers
@@ -61,7 +63,6 @@ from seqkeeper.topologies.metrics import Metrics
 from seqkeeper.topologies.shell import (
     Batch,
     OutboxOwner,
-    install_diagnostics,
     install_metrics,
     install_outbox,
     make_app,
@@ -398,7 +399,7 @@ def build_app(settings: Settings) -> faust.App:
     )
     # The reorder buffer's local writes wait in memory: most entries are
     # deleted (confirmed) before they would reach RocksDB.
-    store = FaustRocksStore(table, app.batch_producer, deferred=codecs.BUFFER)  # type: ignore[attr-defined]
+    store = FaustRocksStore(RocksTable(table), app.batch_producer, deferred=codecs.BUFFER)  # type: ignore[attr-defined]
     topology = OrderedTopology(settings, Stores(store))
     app.seqkeeper = topology  # type: ignore[attr-defined]
     probe = install_outbox(app, topology, store, topics.__getitem__, settings.runtime.outbox_linger)
@@ -436,7 +437,7 @@ def build_app(settings: Settings) -> faust.App:
 
     @app.agent(batch_source(app, source))
     async def resequence(stream: Any) -> None:
-        async for fetched in stream:  # one Fetched per fetch (state.faust_glue)
+        async for fetched in stream:  # one Fetched per fetch (seqkeeper.adapter.batches)
             if not current(app, fetched):
                 continue
             on_record, wall = topology.on_record, time.time()
@@ -453,7 +454,7 @@ def build_app(settings: Settings) -> faust.App:
             consumer = app.consumer
             topology.on_tick(
                 {
-                    tp.partition: (consumer.highwater(tp), consumer._read_offset.get(tp))
+                    tp.partition: (consumer.highwater(tp), read_offset(app, tp))
                     for tp in owned()
                 },
                 time.time(),

@@ -8,14 +8,13 @@ far, sends the writes and waits until the broker acknowledges them, produces
 the batch, waits for those acknowledgements, and hands the batch back to the
 topology to confirm (the next batch is taken while one is produced: see
 :func:`install_outbox`). Both go as record batches per topic-partition
-(:mod:`state.producer`). A whole cycle runs before every offset commit.
+(:mod:`seqkeeper.adapter.producer`). A whole cycle runs before every offset commit.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import signal
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -23,9 +22,9 @@ from typing import Any, Protocol
 import faust
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from seqkeeper.adapter.app import App
+from seqkeeper.adapter.producer import BatchProducer
 from seqkeeper.settings import Settings
-from seqkeeper.state.faust_glue import App
-from seqkeeper.state.producer import BatchProducer
 from seqkeeper.state.rocksdb import FaustRocksStore
 
 log = logging.getLogger("seqkeeper.shell")
@@ -278,36 +277,6 @@ async def relieve(app: Any, topology: OutboxOwner, limit: int) -> None:
         await app.outbox_taken()
 
 
-def install_diagnostics(app: Any, *probes: Callable[[], dict[str, Any]]) -> None:
-    """``kill -USR1 <worker>`` logs every asyncio task's stack, the consumer's
-    partition state and the probes' values (a stuck worker explains itself)."""
-
-    def dump() -> None:
-        lines = []
-        for task in asyncio.all_tasks():
-            lines.append(f"task {task.get_name()}:")
-            lines.extend(f"  {where}" for where in _awaiting(task.get_coro()))
-        state: dict[str, Any] = {}
-        for probe in probes:
-            state.update(probe())
-        consumer: Any = app.consumer
-        try:
-            kafka_consumer = consumer._thread._ensure_consumer()
-            state["paused"] = kafka_consumer.paused()
-            state["read offsets"] = dict(consumer._read_offset)
-            state["committed offsets"] = dict(consumer._committed_offset)
-            state["active partitions"] = consumer._active_partitions
-            state["fetcher"] = _fetcher_state(kafka_consumer)
-        except Exception as exc:  # noqa: BLE001 - diagnostics never fail the worker
-            state["consumer"] = repr(exc)
-        log.warning("state: %s", state)
-        log.warning("asyncio tasks:\n%s", "\n".join(lines))
-
-    @app.task  # type: ignore[untyped-decorator]
-    async def dump_tasks_on_sigusr1() -> None:
-        asyncio.get_running_loop().add_signal_handler(signal.SIGUSR1, dump)
-
-
 def install_metrics(app: Any, registry: CollectorRegistry) -> None:
     """``GET /metrics`` in the Prometheus text format."""
 
@@ -322,43 +291,3 @@ def install_metrics(app: Any, registry: CollectorRegistry) -> None:
 def owned_partitions(app: Any, topic: str) -> list[Any]:
     """This worker's active partitions (TPs) of ``topic``."""
     return [tp for tp in app.assignor.assigned_actives() if tp.topic == topic]
-
-
-def _fetcher_state(kafka_consumer: Any) -> dict[str, Any]:
-    """aiokafka's view of the assignment: per partition its position, pause
-    and prefetched records, and whether the fetch routine still runs."""
-    fetcher = kafka_consumer._fetcher
-    assignment = kafka_consumer._subscription.subscription.assignment
-    partitions = {}
-    for tp in assignment.tps if assignment is not None else ():
-        st = assignment.state_value(tp)
-        partitions[f"{tp.topic}/{tp.partition}"] = (
-            st.position if st.has_valid_position else None,
-            "paused" if st.paused else "",
-            "prefetched" if tp in fetcher._records else "",
-            st.highwater,
-        )
-    task = fetcher._fetch_task
-    return {
-        "partitions (position, paused, prefetched, highwater)": partitions,
-        "fetch routine": "done" if task.done() else "running",
-        "in flight": set(fetcher._in_flight),
-        "pending": len(fetcher._pending_tasks),
-    }
-
-
-def _awaiting(coro: Any) -> list[str]:
-    """Where a coroutine (or async generator) and what it awaits are suspended."""
-    out = []
-    while coro is not None:
-        frame = next(
-            (f for a in ("cr_frame", "ag_frame", "gi_frame") if (f := getattr(coro, a, None))),
-            None,
-        )
-        if frame is not None:
-            out.append(f"{frame.f_code.co_filename}:{frame.f_lineno} {frame.f_code.co_name}")
-        coro = next(
-            (n for a in ("cr_await", "ag_await", "gi_yieldfrom") if (n := getattr(coro, a, None))),
-            None,
-        )
-    return out

@@ -24,7 +24,7 @@ def test_a_failed_bench_section_fails_the_command(tmp_path: Path) -> None:
 
 def test_help_names_each_option_s_variable() -> None:
     # rich markup would swallow "[env ...]" as a tag: the variable must show
-    result = CliRunner().invoke(app, ["worker", "--help"], env={"COLUMNS": "200"})
+    result = CliRunner().invoke(app, ["worker", "--help"], env={"COLUMNS": "400"})
     assert result.exit_code == 0
     for variable in ("KAFKA_BOOTSTRAP_SERVERS", "SEQKEEPER_DATA_DIR", "SEQKEEPER_BROKER_WAIT"):
         assert f"[env {variable}" in result.output, variable

@@ -10,7 +10,8 @@ from typing import Any
 
 import orjson
 
-from seqkeeper.state.faust_glue import App, ack_batch, batch_source, current
+from seqkeeper.adapter.app import App
+from seqkeeper.adapter.batches import ack_batch, batch_source, current
 
 env = os.environ.__getitem__
 app = App(

@@ -1,6 +1,6 @@
-"""The batch-source override of Faust's fetch loop (state.faust_glue):
+"""The batch-source override of Faust's fetch loop (seqkeeper.adapter.batches):
 records reach the agent as lists, each exactly once and in offset order per
-partition, as their record batches hold them (state.fetch: no
+partition, as their record batches hold them (seqkeeper.adapter.records: no
 ``ConsumerRecord`` each), and only acknowledged offsets are committed."""
 
 from __future__ import annotations

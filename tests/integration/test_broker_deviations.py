@@ -12,8 +12,8 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
+from seqkeeper.adapter.offsets import as_topic_partitions, end_offsets
 from seqkeeper.broker import EmbeddedBroker
-from seqkeeper.state.offsets import as_topic_partitions, end_offsets
 from seqkeeper.topics import create_topics, end_offsets_of, read_topic
 
 pytestmark = pytest.mark.integration
@@ -57,7 +57,7 @@ def test_list_offsets_latest_is_short_on_multi_record_batches(broker) -> None:
 
 
 def test_fetch_high_watermark_gives_exact_end_offsets(broker) -> None:
-    """Our fix (state.offsets): exact on Tansu and on Apache Kafka."""
+    """Our fix (seqkeeper.adapter.offsets): exact on Tansu and on Apache Kafka."""
     topic = f"hw-{uuid.uuid4().hex[:6]}"
     asyncio.run(_produce_batched(broker.bootstrap, topic))
     ends = asyncio.run(end_offsets(broker.bootstrap, as_topic_partitions(topic, PARTITIONS)))

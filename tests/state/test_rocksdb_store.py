@@ -51,7 +51,7 @@ def test_a_revoked_partition_s_db_is_not_kept_open() -> None:
         return dbs.setdefault(partition, FakeDB())
 
     table = SimpleNamespace(
-        name="t", data=SimpleNamespace(_dbs=dbs, _db_for_partition=db_for_partition)
+        name="t", changelog_topic="t-changelog", open_dbs=lambda: dbs, db_for=db_for_partition
     )
     store = FaustRocksStore(table, producer=None)  # type: ignore[arg-type]
     store.put(0, b"k", b"v")
@@ -145,13 +145,11 @@ def deferred_store(
                 db_for_partition(partition).db.put(key, value)
         table = SimpleNamespace(
             name="t",
-            changelog_topic=SimpleNamespace(get_topic_name=lambda: "t-changelog"),
-            data=SimpleNamespace(
-                _dbs=dbs,
-                _db_for_partition=db_for_partition,
-                set_persisted_offset=lambda tp, offset: persisted.__setitem__(tp.partition, offset),
-                persisted_offset=lambda tp: persisted.get(tp.partition),
-            ),
+            changelog_topic="t-changelog",
+            open_dbs=lambda: dbs,
+            db_for=db_for_partition,
+            set_persisted_offset=persisted.__setitem__,
+            persisted_offset=persisted.get,
         )
         store = FaustRocksStore(table, FakeProducer(), deferred=FAMILY, keep=keep)  # type: ignore[arg-type]
         try:

@@ -94,7 +94,9 @@ def test_poison_and_transient_failures_keep_the_partition_flowing() -> None:
     topology.on_record(0, 2, key, value, [("tenant", b"t2")], 1.0, 100.0)
     feed(topology, cmd("ok", "AddStock", {"quantity": 1}))
     batch = topology.take()
-    dead = [dict(h or []) for t, _, _, h in batch.records if t == SETTINGS.commands.command_dlq_topic]
+    dead = [
+        dict(h or []) for t, _, _, h in batch.records if t == SETTINGS.commands.command_dlq_topic
+    ]
     assert [h["seqkeeper.reason"] for h in dead] == [
         b"invalid-envelope",
         b"unknown-command-type",

@@ -15,7 +15,7 @@ from aiokafka.record.default_records import DefaultRecordBatch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from seqkeeper.state.producer import BatchProducer
+from seqkeeper.adapter.producer import BatchProducer
 
 
 def _producer(partitions: int) -> SimpleNamespace:
@@ -40,7 +40,7 @@ def test_partitioner_matches_aiokafka_default(keys: list[bytes], partitions: int
 
 
 def test_remembered_partitions_stay_right_when_the_memory_starts_over(monkeypatch) -> None:
-    monkeypatch.setattr("seqkeeper.state.producer.PICKS_REMEMBERED", 3)
+    monkeypatch.setattr("seqkeeper.adapter.producer.PICKS_REMEMBERED", 3)
     producer = BatchProducer(lambda: _producer(7))
     pick = asyncio.run(producer.partitioner("t"))
     assert asyncio.run(producer.partitioner("t")) is pick  # one per topic

@@ -6,7 +6,7 @@ it costs more than iterating the record batch itself, garbage collections
 included (the batch's record and its headers list are two objects for the
 collector where a ``ConsumerRecord`` is one), and it runs on Faust's
 consumer thread, which holds the interpreter's lock meanwhile. An agent of
-a batch source (:func:`state.faust_glue.batch_source`) reads ``offset``,
+a batch source (:func:`seqkeeper.adapter.batches.batch_source`) reads ``offset``,
 ``key``, ``value``, ``headers`` and ``timestamp`` (milliseconds), which the
 batch's own records (aiokafka's ``DefaultRecord``) have. So a consumer
 whose key deserializer is a :class:`RawTopics` gets, for those topics, the

@@ -1,5 +1,5 @@
 """Batch sources get the fetched records as their record batch holds them
-(state.fetch): the same offsets, keys, values, timestamps and headers as
+(seqkeeper.adapter.records): the same offsets, keys, values, timestamps and headers as
 aiokafka's ``ConsumerRecord`` path, the same position for the next fetch
 however far the records were taken, and every other topic unchanged."""
 
@@ -16,7 +16,7 @@ from aiokafka.structs import ConsumerRecord, TopicPartition
 from hypothesis import given
 from hypothesis import strategies as st
 
-from seqkeeper.state.fetch import RawPartitionRecords, RawTopics
+from seqkeeper.adapter.records import RawPartitionRecords, RawTopics
 
 AIOKAFKA = RawPartitionRecords.__bases__[0]  # aiokafka's own PartitionRecords
 TP = TopicPartition("in", 3)

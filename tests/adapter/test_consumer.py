@@ -1,4 +1,4 @@
-"""The consumer's fetch (state.faust_glue.HighwaterConsumer._getmany) never
+"""The consumer's fetch (seqkeeper.adapter.getmany) never
 loses records when the set of active partitions changes during a fetch.
 
 Faust hands aiokafka its live set of active partitions; aiokafka reads it
@@ -18,7 +18,7 @@ from faust.types import TP
 from hypothesis import given
 from hypothesis import strategies as st
 
-from seqkeeper.state.faust_glue import HighwaterConsumer
+from seqkeeper.adapter.transport import Consumer as HighwaterConsumer
 
 Rec = namedtuple("Rec", "offset")
 CHANGELOG, INPUT = TP("app-state-changelog", 0), TP("in", 0)

@@ -18,16 +18,20 @@ import asyncio
 import random
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from types import SimpleNamespace
 from typing import Any
 
 from aiokafka.partitioner import murmur2
+from aiokafka.producer.message_accumulator import BatchBuilder
+
+from seqkeeper.state.base import Header, Record
+
+__all__ = ["AcknowledgingProducer", "BatchProducer", "Header", "Out", "Partitioner", "Record"]
 
 #: Keys whose partition a topic's partitioner keeps (then it starts over).
 PICKS_REMEMBERED = 100_000
 
-Header = tuple[str, bytes]
 _NO_HEADERS: list[Header] = []  # read only
-Record = tuple[bytes | None, bytes | None, Sequence[Header]]
 #: A record addressed by a name (:meth:`BatchProducer.group`): name, key,
 #: value, headers (``None``: none).
 Out = tuple[str, bytes | None, bytes | None, Sequence[Header] | None]
@@ -62,19 +66,19 @@ class BatchProducer:
     (an started ``AIOKafkaProducer``)."""
 
     def __init__(self, producer: Callable[[], Any]) -> None:
-        self._producer = producer
-        self._partitions: dict[str, list[int]] = {}
+        self._producer_of = producer
+        self._known: dict[str, list[int]] = {}
         self._picks: dict[str, Partitioner] = {}
 
     async def partitions(self, topic: str) -> list[int]:
-        known = self._partitions.get(topic)
+        known = self._known.get(topic)
         if known is None:
-            producer = self._producer()
+            producer = self._producer_of()
             await producer.client._wait_on_metadata(topic)
             known = sorted(producer.client.cluster.partitions_for_topic(topic) or ())
             if not known:
                 raise RuntimeError(f"topic {topic!r} has no partitions")
-            self._partitions[topic] = known
+            self._known[topic] = known
         return known
 
     async def partitioner(self, topic: str) -> Partitioner:
@@ -122,7 +126,7 @@ class BatchProducer:
         """Send every partition's records in order; wait until all are
         acknowledged; the offset of each partition's last record (partitions
         with no records are left out)."""
-        producer = self._producer()
+        producer = self._producer_of()
         waits: list[tuple[tuple[str, int], Any, int]] = []
         millis = int(time.time() * 1000)  # one timestamp per call
         for (topic, partition), items in records.items():
@@ -151,3 +155,44 @@ class BatchProducer:
         for (tp, _, count), meta in zip(waits, results, strict=True):
             last[tp] = meta.offset + count - 1
         return last
+
+
+class _Sent:
+    """What a produce's future resolves to, as far as :meth:`BatchProducer.send` reads it."""
+
+    __slots__ = ("offset",)
+
+    def __init__(self, offset: int) -> None:
+        self.offset = offset
+
+
+class AcknowledgingProducer:
+    """What :class:`BatchProducer` needs of aiokafka's producer, with no
+    broker: batches are built with aiokafka's own builder and acknowledged
+    at once, never sent (``seqkeeper.bench.core`` measures the worker's
+    per-record work with it). Every topic has ``partitions`` partitions."""
+
+    def __init__(self, partitions: int, batch_bytes: int) -> None:
+        #: records "sent" per topic-partition
+        self.offsets: dict[tuple[str, int], int] = {}
+        self.batch_bytes = batch_bytes
+        known = set(range(partitions))
+        self.client = SimpleNamespace(
+            cluster=SimpleNamespace(partitions_for_topic=lambda topic: known),
+            _wait_on_metadata=self._no_metadata,
+        )
+
+    @staticmethod
+    async def _no_metadata(topic: str) -> None:
+        return None
+
+    def create_batch(self) -> BatchBuilder:
+        return BatchBuilder(self.batch_bytes, 0)
+
+    async def send_batch(self, batch: BatchBuilder, topic: str, partition: int) -> Any:
+        batch._build()
+        first = self.offsets.get((topic, partition), 0)
+        self.offsets[(topic, partition)] = first + batch._relative_offset
+        done = asyncio.get_running_loop().create_future()
+        done.set_result(_Sent(first))
+        return done

@@ -1,0 +1,90 @@
+"""Every override of Faust and aiokafka, and every use of their private
+members, in one package: a module per job, each naming the upstream code
+it changes and why.
+
+Pinned upstream: faust-streaming 0.15.3, aiokafka 0.14, mode-streaming 0.4.
+An upgrade starts here: :data:`PRIVATE_MEMBERS` is the list to check
+against the new versions (``tests/adapter/test_private_members.py`` keeps
+it exact, and finds any private member used outside this package).
+
+========================  ====================================================
+module                    job
+========================  ====================================================
+:mod:`.app`               the ``faust.App`` seqkeeper runs, with its hooks
+:mod:`.transport`         the consumer and transport composed of the overrides
+:mod:`.options`           consumer options Faust does not expose
+:mod:`.highwater`         exact partition ends for Faust's recovery
+:mod:`.commit`            hooks run before every offset commit
+:mod:`.getmany`           a fetch that drops no record of the active partitions
+:mod:`.batches`           batch sources: records handed over as fetched
+:mod:`.records`           aiokafka's fetcher yields record batches' own records
+:mod:`.recovery`          recovery resumes the input only once it was sought
+:mod:`.tables`            the table manager's hooks, raw tables, RocksDB access
+:mod:`.producer`          ordered records produced as whole record batches
+:mod:`.offsets`           exact end offsets and fresh topic metadata
+:mod:`.diagnostics`       ``kill -USR1``: the consumer's state, logged
+========================  ====================================================
+"""
+
+#: Private members of Faust, mode and aiokafka this package touches (read,
+#: write or override), by module. Nothing outside the package touches any.
+PRIVATE_MEMBERS: dict[str, frozenset[str]] = {
+    "app": frozenset({"_ensure_producer", "_new_transport"}),
+    "batches": frozenset(
+        {
+            "_acked",
+            "_acked_index",
+            "_add_gap",
+            "_buffered_partitions",
+            "_commit_every",
+            "_committed_offset",
+            "_drain_messages",
+            "_n_acked",
+            "_read_offset",
+            "_stopped",
+            "_to_message",
+            "_wait_next_records",
+            "_waiting_for_ack",
+        }
+    ),
+    "commit": frozenset({"_commit", "_commit_offsets", "_committed_offset"}),
+    "diagnostics": frozenset(
+        {
+            "_active_partitions",
+            "_committed_offset",
+            "_ensure_consumer",
+            "_fetch_task",
+            "_fetcher",
+            "_in_flight",
+            "_pending_tasks",
+            "_read_offset",
+            "_records",
+            "_subscription",
+            "_thread",
+        }
+    ),
+    "getmany": frozenset({"_active_partitions", "_getmany", "_thread"}),
+    "highwater": frozenset({"_highwaters"}),
+    "offsets": frozenset({"_client"}),
+    "options": frozenset(
+        {"_create_worker_consumer", "_fetch_max_wait_ms", "_group_instance_id", "_key_deserializer"}
+    ),
+    "producer": frozenset({"_build", "_builder", "_relative_offset", "_wait_on_metadata"}),
+    "records": frozenset({"_check_crcs", "_records", "_tp", "_unpack_records"}),
+    "recovery": frozenset(
+        {
+            "_committed_offset",
+            "_ensure_consumer",
+            "_fetcher",
+            "_get_active_partitions",
+            "_is_changelog_tp",
+            "_read_offset",
+            "_records",
+            "_set_recovery_ended",
+            "_thread",
+            "_wait",
+        }
+    ),
+    "tables": frozenset({"_db_for_partition", "_dbs", "_recovery", "_update_channels"}),
+    "transport": frozenset({"_new_consumer_thread"}),
+}

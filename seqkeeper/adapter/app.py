@@ -1,0 +1,45 @@
+"""The Faust app seqkeeper runs: Faust's, with this package's transport and
+table manager, and the hooks the shell installs."""
+
+from __future__ import annotations
+
+import concurrent.futures
+from collections.abc import Awaitable, Callable
+from typing import Any, cast
+
+import faust
+from faust.types.transports import TransportT
+
+from seqkeeper.adapter.producer import BatchProducer
+from seqkeeper.adapter.tables import TableManager
+from seqkeeper.adapter.transport import Transport
+
+
+class App(faust.App):
+    """A ``faust.App`` with exact partition ends (:class:`~seqkeeper.adapter.transport.Transport`)
+    and a recovery that loses no input (:class:`SeekFirstRecovery`)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("TableManager", TableManager)
+        super().__init__(*args, **kwargs)
+        #: Awaited before every offset commit (see :mod:`seqkeeper.adapter.commit`).
+        self.before_commit: list[Callable[[], Awaitable[None]]] = []
+        #: Awaited at a graceful stop, before the tables close their RocksDB.
+        self.before_tables_close: list[Callable[[], Awaitable[None]]] = []
+        #: Called when a rebalance reaches the tables, before they close or
+        #: recover a partition's RocksDB.
+        self.before_rebalance: list[Callable[[], None]] = []
+        #: A check of the local state, running in a thread while the worker
+        #: starts; tables open their RocksDB only after it is done.
+        self.local_state_check: concurrent.futures.Future[None] | None = None
+        #: Static group membership id (None: dynamic membership).
+        self.group_instance_id: str | None = None
+        #: The input consumer's fetch wait (None: Faust's 1500 ms).
+        self.fetch_max_wait_ms: int | None = None
+        #: Topics consumed as fetched batches: topic name -> channel.
+        self.batch_sources: dict[str, Any] = {}
+        #: Record batches through Faust's own aiokafka producer.
+        self.batch_producer = BatchProducer(lambda: cast(Any, self.producer)._ensure_producer())
+
+    def _new_transport(self) -> TransportT:
+        return Transport(self.conf.broker_consumer, self)

@@ -1,0 +1,51 @@
+"""Exact partition ends for Faust's recovery (faust-streaming 0.15.3,
+``AIOKafkaConsumerThread._highwaters``).
+
+Faust's recovery asks the consumer for each changelog partition's
+"highwater" (``_highwaters`` -> ``end_offsets()``, a ListOffsets request)
+and refuses to start when the offset persisted in local RocksDB is above
+it. On the embedded broker ListOffsets is short whenever the last record
+batch of a partition holds several records (:mod:`seqkeeper.adapter.offsets`),
+so a worker restarted on its own RocksDB state would crash with
+``ConsistencyError``, or stop replaying the changelog early. This override
+answers with the fetch high watermark, which is exact on the embedded broker
+and equal to ``end_offsets()`` on Apache Kafka: correct on both, and no
+change on Kafka.
+
+Transactions (``processing_guarantee="exactly_once"``) keep Faust's own
+path: there the last stable offset, not the high watermark, is the bound.
+
+Private members: none beyond the overridden method.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import cast
+
+from aiokafka import TopicPartition
+from faust.transport.drivers import aiokafka as faust_aiokafka
+from faust.types import TP
+
+from seqkeeper.adapter.offsets import end_offsets
+
+
+class HighwaterThread(faust_aiokafka.AIOKafkaConsumerThread):
+    """Faust's consumer thread with exact partition ends."""
+
+    async def _highwaters(self, partitions: Iterable[TP]) -> Mapping[TP, int]:
+        if self.consumer.in_transaction:
+            return await super()._highwaters(list(partitions))
+        conf = self.app.conf
+        transport = cast(faust_aiokafka.Transport, self.transport)
+        auth = faust_aiokafka.credentials_to_aiokafka_auth(
+            conf.broker_credentials, conf.ssl_context
+        )
+        ends = await end_offsets(
+            faust_aiokafka.server_list(transport.url, transport.default_port),
+            [TopicPartition(tp.topic, tp.partition) for tp in partitions],
+            timeout=conf.broker_request_timeout,
+            client_id=f"{conf.broker_client_id}-highwater",
+            **auth,
+        )
+        return {TP(tp.topic, tp.partition): end for tp, end in ends.items()}

@@ -1,0 +1,43 @@
+"""Consumer options Faust does not expose (faust-streaming 0.15.3,
+``AIOKafkaConsumerThread._create_worker_consumer``): the fetch wait, static
+group membership, and the raw records of batch sources.
+
+Private members: ``AIOKafkaConsumer._fetch_max_wait_ms``,
+``._group_instance_id``, ``._key_deserializer`` (aiokafka 0.14), set after
+Faust built the consumer and before it starts.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from faust.transport.drivers import aiokafka as faust_aiokafka
+
+from seqkeeper.adapter.records import RawTopics
+from seqkeeper.adapter.records import install as install_raw_records
+
+
+class OptionsThread(faust_aiokafka.AIOKafkaConsumerThread):
+    """Faust's consumer thread, building its consumer with the app's fetch
+    wait (``App.fetch_max_wait_ms``), static membership
+    (``App.group_instance_id``) and raw records for ``App.batch_sources``."""
+
+    def _create_worker_consumer(self, transport: Any) -> Any:
+        consumer = super()._create_worker_consumer(transport)
+        # Faust fixes fetch_max_wait_ms at 1500. A broker may hold a fetch
+        # that long when nothing was there as it arrived (the embedded one
+        # does, even when records arrive meanwhile): up to 1.5 s of latency.
+        wait = getattr(self.app, "fetch_max_wait_ms", None)
+        if wait is not None:
+            consumer._fetch_max_wait_ms = wait
+        # Static membership (KIP-345): a restarted worker with the same
+        # instance id takes its place in the group without a rebalance.
+        consumer._group_instance_id = getattr(self.app, "group_instance_id", None)
+        # Batch sources get the fetched records without a ConsumerRecord
+        # each (:mod:`seqkeeper.adapter.records`); Faust builds the consumer without a key
+        # deserializer, and the fetcher is made at its start, after this.
+        sources = getattr(self.app, "batch_sources", None)
+        if sources is not None and consumer._key_deserializer is None:
+            install_raw_records()
+            consumer._key_deserializer = RawTopics(sources)  # (live: the app's dict)
+        return consumer

@@ -1,0 +1,151 @@
+"""Faust's table recovery, resuming the input only after it was sought
+(faust-streaming 0.15.3, ``Recovery.on_recovery_completed``), and the
+changelog partitions Faust stops reading paused in aiokafka too.
+
+Private members: ``Consumer._get_active_partitions``, ``._committed_offset``,
+``._read_offset``, ``._thread`` (Faust); ``App._fetcher``;
+``Recovery._set_recovery_ended``, ``._wait``, ``._is_changelog_tp``;
+``AIOKafkaConsumer._fetcher._records`` (aiokafka 0.14).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable
+from typing import Any, cast
+
+from aiokafka import TopicPartition
+from faust.tables.recovery import Recovery
+from faust.transport.drivers import aiokafka as faust_aiokafka
+from faust.types import TP
+
+
+class PauseUnreadThread(faust_aiokafka.AIOKafkaConsumerThread):
+    """The consumer thread's half of
+    :meth:`SeekFirstRecovery._pause_unread_changelogs`."""
+
+    async def pause_unread(self, partitions: Iterable[TP]) -> None:
+        """Stop aiokafka fetching ``partitions`` until the next assignment
+        (its ``pause``: a new assignment starts unpaused) and drop what it
+        fetched of them already (see
+        :meth:`SeekFirstRecovery._pause_unread_changelogs`)."""
+        tps = [TopicPartition(tp.topic, tp.partition) for tp in partitions]
+        await self.call_thread(self._pause_unread, tps)
+
+    async def _pause_unread(self, partitions: list[TopicPartition]) -> None:
+        consumer = self._ensure_consumer()
+        assigned = consumer.assignment()
+        mine = [tp for tp in partitions if tp in assigned]  # a rebalance may have begun
+        consumer.pause(*mine)
+        prefetched = consumer._fetcher._records
+        for tp in mine:
+            prefetched.pop(tp, None)
+
+
+class SeekFirstRecovery(Recovery):
+    """Faust's table recovery, resuming the input partitions only after they
+    were sought to their committed offsets and the stream queues were cleared.
+
+    Faust 0.15.3 ends a recovery with (``Recovery.on_recovery_completed``):
+    ``resume_partitions(input) -> perform_seek() -> flow_control.resume() ->
+    resume_flow()``. The fetcher is already running then (it was reading the
+    changelogs), so between the first two steps it can fetch input records
+    and hand them to the stream queues, advancing Faust's read offset; the
+    ``flow_control.resume()`` that follows *clears those queues*. The records
+    are never processed, and Faust's gap tracking later treats the hole as
+    compacted offsets and commits past it: messages lost (the first records
+    of every input partition, after a rebuild from the changelog;
+    tests/integration/test_worker.py).
+
+    The order here closes the window: seek the input partitions to their
+    committed offsets while they are still paused, clear the queues (nothing
+    of the input can be in them yet), and only then let the fetcher read the
+    input partitions. A crash anywhere in between is harmless: nothing was
+    processed, and the next assignment seeks to the committed offsets again.
+    The changelog partitions Faust stops reading are paused in aiokafka too
+    (:meth:`_pause_unread_changelogs`).
+    """
+
+    async def on_recovery_completed(self, generation_id: int = 0) -> None:
+        consumer = self.app.consumer
+        self.log.info("Restore complete!")
+        await self.app.on_rebalance_complete.send()
+        self._set_recovery_ended()
+        callback_coros = [
+            asyncio.ensure_future(
+                table.on_recovery_completed(
+                    self.actives_for_table[table], self.standbys_for_table[table]
+                )
+            )
+            for table in self.tables.values()
+        ]
+        if callback_coros:
+            await asyncio.wait(callback_coros)
+        assignment = consumer.assignment()
+        if self.app.consumer_generation_id != generation_id:
+            self.log.warning(
+                "Recovery rebalancing again app id %s param %s",
+                self.app.consumer_generation_id,
+                generation_id,
+            )
+            return
+        if assignment:
+            self.log.info("Seek stream partitions to committed offsets.")
+            await self._wait(consumer.perform_seek(), timeout=self.app.conf.broker_request_timeout)
+            await self._seek_uncommitted(consumer, assignment)
+            await self._pause_unread_changelogs(consumer, assignment)
+        self.completed.set()
+        self.app.flow_control.resume()  # clears the stream queues: still empty
+        consumer.resume_partitions({tp for tp in assignment if not self._is_changelog_tp(tp)})
+        consumer.resume_flow()
+        # From here on as in Faust: make sure the fetcher runs, signal ready.
+        await cast(Any, self.app)._fetcher.maybe_start()
+        self.tables.on_actives_ready()
+        if not self.app.assignor.assigned_standbys():
+            self.tables.on_standbys_ready()
+        self.app.on_rebalance_end()
+        self.log.info("Worker ready")
+
+    async def _pause_unread_changelogs(self, consumer: Any, assignment: set[TP]) -> None:
+        """Changelog partitions Faust does not read until the next
+        assignment (its active tables' own) are paused in aiokafka too.
+
+        Faust stops reading them only in its own bookkeeping (they leave its
+        active partitions; aiokafka is never told), so aiokafka's fetcher
+        goes on fetching them, and the records it gets (this worker's own
+        changelog writes) are never taken. A partition holding records
+        nobody takes holds back the next fetch from its broker for
+        aiokafka's prefetch backoff (100 ms): the input would wait that long,
+        once per changelog partition, as the first changelog writes come
+        back. Standby partitions are left alone (Faust reads them).
+        """
+        reads = consumer._get_active_partitions()
+        unread = [tp for tp in assignment if self._is_changelog_tp(tp) and tp not in reads]
+        if unread:
+            await consumer._thread.pause_unread(unread)
+            self.log.info("Paused %d changelog partitions this worker only writes", len(unread))
+
+    async def _seek_uncommitted(self, consumer: Any, assignment: set[TP]) -> None:
+        """Input partitions without a committed offset start at the beginning.
+
+        ``perform_seek`` leaves them where the consumer happened to be, and
+        after a rebalance within one process (the first assignment made while
+        a killed worker's session had not yet expired, then the full one)
+        such a partition may never be fetched at all: the worker sits idle
+        with its whole backlog unread. Seeking them explicitly removes the
+        dependence on the consumer's earlier position.
+        """
+        if self.app.conf.consumer_auto_offset_reset != "earliest":
+            return
+        fresh = [
+            tp
+            for tp in assignment
+            if not self._is_changelog_tp(tp) and consumer._committed_offset.get(tp) is None
+        ]
+        if fresh:
+            self.log.info("Seek partitions without a committed offset to the beginning: %s", fresh)
+            await consumer._thread.seek_to_beginning(
+                *(TopicPartition(tp.topic, tp.partition) for tp in fresh)
+            )
+            for tp in fresh:
+                consumer._read_offset[tp] = None
