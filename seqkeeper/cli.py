@@ -346,7 +346,7 @@ def chaos(
 
     from rich.console import Console
 
-    from seqkeeper.chaos import (
+    from seqkeeper.verification.chaos import (
         LONG,
         SCENARIOS,
         SHORT,

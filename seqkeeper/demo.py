@@ -24,9 +24,9 @@ from seqkeeper.topics import (
     create_topics,
     end_offsets_of,
 )
-from seqkeeper.verify import Report, verify
+from seqkeeper.verification.verify import Report, verify
+from seqkeeper.verification.workload import Workload, generate
 from seqkeeper.worker import WorkerProcess, broker_for
-from seqkeeper.workload import Workload, generate
 
 
 @dataclass
@@ -271,7 +271,7 @@ def run_command_demo(settings: Settings, commands: int, seed: int, quiet: bool =
     (each delivered 1-5 times, plus poison), verified: every command
     answered, each applied once, stock equal to a reference computed
     without duplicates and never negative. Exit code 0 only if verified."""
-    from seqkeeper.command_check import storm, wait_until_commands_verified
+    from seqkeeper.verification.commands import storm, wait_until_commands_verified
 
     console = Console(quiet=quiet)
     started = time.monotonic()

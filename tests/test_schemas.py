@@ -12,7 +12,7 @@ from jsonschema import Draft202012Validator
 from seqkeeper.processors.dead_letter import dead_letter_headers
 from seqkeeper.processors.envelope import InvalidMessage, Reason, parse
 from seqkeeper.processors.resequencer import GapSkipped
-from seqkeeper.workload import MALFORMED_KINDS, generate
+from seqkeeper.verification.workload import MALFORMED_KINDS, generate
 
 SCHEMAS = Path(__file__).resolve().parent.parent / "schemas"
 
@@ -52,13 +52,13 @@ def test_dead_letter_headers_match_their_schema(reason: str) -> None:
 
 
 def test_commands_replies_and_events_match_their_schemas() -> None:
-    from seqkeeper.command_check import storm
     from seqkeeper.processors.command import parse_command
     from seqkeeper.processors.inventory import registry
     from seqkeeper.settings import Settings
     from seqkeeper.state.commands import CommandStore
     from seqkeeper.state.memory import MemoryStore
     from seqkeeper.topologies.commands import CommandTopology
+    from seqkeeper.verification.commands import storm
 
     commands, replies, events = (
         validator(n)

@@ -12,7 +12,9 @@ from pathlib import Path
 import orjson
 import pytest
 
-from seqkeeper.chaos import (
+from seqkeeper.processors.dead_letter import REASON
+from seqkeeper.topics import Record
+from seqkeeper.verification.chaos import (
     LONG,
     ROW,
     SCENARIOS,
@@ -28,10 +30,8 @@ from seqkeeper.chaos import (
     markdown,
     write_report,
 )
-from seqkeeper.corpus import DROPPED, EMITTED, command_cases, ordered_cases
-from seqkeeper.processors.dead_letter import REASON
-from seqkeeper.topics import Record
-from seqkeeper.verify import Check, Report
+from seqkeeper.verification.corpus import DROPPED, EMITTED, command_cases, ordered_cases
+from seqkeeper.verification.verify import Check, Report
 
 
 def test_the_corpus_has_at_least_50_kinds() -> None:

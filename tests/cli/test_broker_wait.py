@@ -35,6 +35,7 @@ from seqkeeper.broker import (
 from seqkeeper.demo import publish, wait_until_verified
 from seqkeeper.settings import Settings
 from seqkeeper.topics import create_topics
+from seqkeeper.verification.workload import generate
 from seqkeeper.wait import (
     BrokerUnreachable,
     backoff,
@@ -44,7 +45,6 @@ from seqkeeper.wait import (
     wait_for_broker,
 )
 from seqkeeper.worker import WorkerProcess
-from seqkeeper.workload import generate
 
 #: What the worker prints once its topics exist, just before Faust starts.
 READY = "seqkeeper worker: broker "

@@ -8,8 +8,8 @@ from seqkeeper.processors.dead_letter import dead_letter_headers
 from seqkeeper.processors.envelope import InvalidMessage, parse
 from seqkeeper.processors.resequencer import DictBuffer, KeyState, Policy, expire, offer
 from seqkeeper.topics import Record
-from seqkeeper.verify import verify
-from seqkeeper.workload import generate
+from seqkeeper.verification.verify import verify
+from seqkeeper.verification.workload import generate
 
 
 def expected_outputs(

@@ -11,10 +11,10 @@ import pytest
 from typer.testing import CliRunner
 
 from seqkeeper.cli import app
-from seqkeeper.command_check import storm, wait_until_commands_verified
 from seqkeeper.demo import publish
 from seqkeeper.inspect import load, lookup
 from seqkeeper.topics import create_topics
+from seqkeeper.verification.commands import storm, wait_until_commands_verified
 from seqkeeper.worker import WorkerProcess
 
 pytestmark = pytest.mark.integration

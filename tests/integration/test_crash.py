@@ -11,8 +11,8 @@ import pytest
 
 from seqkeeper.demo import publish, wait_until_verified
 from seqkeeper.topics import create_topics
+from seqkeeper.verification.workload import generate
 from seqkeeper.worker import WorkerProcess
-from seqkeeper.workload import generate
 
 pytestmark = pytest.mark.integration
 

@@ -11,7 +11,7 @@ import pytest
 from seqkeeper.spark_sink.audit import compact_audit
 from seqkeeper.spark_sink.replay import Selection, replay
 from seqkeeper.topics import create_topics, read_topic
-from seqkeeper.workload import generate
+from seqkeeper.verification.workload import generate
 from tests.spark_sink.test_audit import send
 
 pytestmark = pytest.mark.integration

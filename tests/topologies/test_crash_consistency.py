@@ -29,8 +29,8 @@ from seqkeeper.state.stores import Stores
 from seqkeeper.topics import Record
 from seqkeeper.topologies.ordered import OrderedTopology
 from seqkeeper.topologies.shell import Batch
-from seqkeeper.verify import verify
-from seqkeeper.workload import generate
+from seqkeeper.verification.verify import verify
+from seqkeeper.verification.workload import generate
 
 TOPICS = ("ordered", "deduped", "dlq", "late")
 

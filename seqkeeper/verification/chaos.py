@@ -9,9 +9,9 @@ Scenarios (each on its own topics and app id, so they share one broker):
   (needs a broker started here, embedded or from KAFKA_HOME: the process must be ours to stop).
 * ``failover``    — two workers; ``kill -9`` one; the survivor takes its
   partitions with their state; start it again.
-* ``corpus``      — bad and borderline input (:mod:`seqkeeper.corpus`) to the
-  ordered worker and the command worker: each case dead-lettered with its
-  reason or handled by its documented policy; the workers stay up.
+* ``corpus``      — bad and borderline input (:mod:`seqkeeper.verification.corpus`)
+  to the ordered worker and the command worker: each case dead-lettered with
+  its reason or handled by its documented policy; the workers stay up.
 * ``local-state`` — RocksDB deleted while the worker is stopped, then
   corrupted: rebuilt from the changelog both times, never silently used.
 * ``commands``    — ``kill -9`` the command worker during a duplicate storm.
@@ -42,14 +42,14 @@ from rich.console import Console
 from rich.table import Table
 
 from seqkeeper.broker import LocalBroker
-from seqkeeper.corpus import DROPPED, EMITTED, Case, command_cases, ordered_cases
 from seqkeeper.demo import publish, verify_topics
 from seqkeeper.processors.dead_letter import REASON
 from seqkeeper.settings import Settings
-from seqkeeper.topics import TopicCache, create_topics, end_offsets_of, read_topic
-from seqkeeper.verify import Checked, Report
+from seqkeeper.topics import Record, TopicCache, create_topics, end_offsets_of, read_topic
+from seqkeeper.verification.corpus import DROPPED, EMITTED, Case, command_cases, ordered_cases
+from seqkeeper.verification.verify import Checked, Report
+from seqkeeper.verification.workload import generate
 from seqkeeper.worker import WorkerProcess
-from seqkeeper.workload import generate
 
 LOSS = ("ordered: lost", "deduped: lost", "ordered: still waiting behind a gap")
 ORDER = ("ordered: out of order", "ordered: gap without GapSkipped")
@@ -530,7 +530,7 @@ class Chaos:
         return out
 
     def scenario_commands(self) -> Outcome:
-        from seqkeeper.command_check import storm, wait_until_commands_verified
+        from seqkeeper.verification.commands import storm, wait_until_commands_verified
 
         sc = self.scale
         s = self.settings("commands", topology="commands")
@@ -635,7 +635,7 @@ async def _send(
         await producer.stop()
 
 
-def _dlq_reasons(dlq: list) -> dict[tuple[bytes | None, bytes | None], set[str]]:
+def _dlq_reasons(dlq: list[Record]) -> dict[tuple[bytes | None, bytes | None], set[str]]:
     """The reason headers of the dead letters, per (key, value)."""
     reasons: dict[tuple[bytes | None, bytes | None], set[str]] = {}
     for r in dlq:
@@ -643,7 +643,9 @@ def _dlq_reasons(dlq: list) -> dict[tuple[bytes | None, bytes | None], set[str]]
     return reasons
 
 
-def _check_ordered_cases(cases: list[Case], dlq: list, ordered: list) -> Iterator[tuple[Case, str]]:
+def _check_ordered_cases(
+    cases: list[Case], dlq: list[Record], ordered: list[Record]
+) -> Iterator[tuple[Case, str]]:
     reasons = _dlq_reasons(dlq)
     emitted: dict[tuple[bytes | None, bytes | None], int] = {}
     for r in ordered:
@@ -663,7 +665,9 @@ def _check_ordered_cases(cases: list[Case], dlq: list, ordered: list) -> Iterato
             yield c, f"expected dead letter {c.expect!r}, got {sorted(got) or 'none'}"
 
 
-def _check_command_cases(cases: list[Case], dlq: list, replies: list) -> Iterator[tuple[Case, str]]:
+def _check_command_cases(
+    cases: list[Case], dlq: list[Record], replies: list[Record]
+) -> Iterator[tuple[Case, str]]:
     import orjson
 
     reasons = _dlq_reasons(dlq)

@@ -20,7 +20,7 @@ from seqkeeper.processors.envelope import InvalidMessage
 from seqkeeper.processors.inventory import registry
 from seqkeeper.settings import Settings
 from seqkeeper.topics import Record, TopicCache
-from seqkeeper.verify import Check, Checked
+from seqkeeper.verification.verify import Check, Checked
 
 
 @dataclass

@@ -87,10 +87,10 @@ def generate(
             duplicates += 1
             stream.append((when + rng.uniform(1, jitter + 1), name.encode(), value))
     for i in range(malformed):
-        _, key, value = MALFORMED_KINDS[i % len(MALFORMED_KINDS)]
-        if key == b"k":
-            key = rng.choice(key_names).encode()
-        stream.append((rng.uniform(0, messages), key, value))
+        _, bad_key, bad_value = MALFORMED_KINDS[i % len(MALFORMED_KINDS)]
+        if bad_key == b"k":
+            bad_key = rng.choice(key_names).encode()
+        stream.append((rng.uniform(0, messages), bad_key, bad_value))
     stream.sort(key=lambda item: item[0])
     return Workload(
         records=[(k, v) for _, k, v in stream],
