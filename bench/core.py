@@ -37,14 +37,13 @@ from typing import Any
 import orjson
 from aiokafka.partitioner import murmur2
 
-from seqkeeper.adapter.producer import AcknowledgingProducer, BatchProducer
+from seqkeeper.adapter.producer import PRODUCER_BATCH_BYTES, AcknowledgingProducer, BatchProducer
 from seqkeeper.bench.harness import FULL, Records, workload
 from seqkeeper.settings import Settings
 from seqkeeper.state import codecs
 from seqkeeper.state.rocksdb import FaustRocksStore
 from seqkeeper.state.stores import Stores
 from seqkeeper.topologies.ordered import OrderedTopology
-from seqkeeper.topologies.shell import PRODUCER_BATCH_BYTES
 from seqkeeper.worker import tune_interpreter
 
 PARTITIONS = FULL.partitions  # as the bench's topics
@@ -94,7 +93,7 @@ class Core:
         )
 
     async def cycle(self) -> None:
-        """The shell's outbox cycle (topologies.shell.install_outbox), timed."""
+        """The runtime's outbox cycle (seqkeeper.runtime.task.Task.take), timed."""
         clock, parts = time.perf_counter, self.parts
         t0 = clock()
         batch = self.topology.take()

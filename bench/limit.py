@@ -64,10 +64,7 @@ async def write_ahead(
     own, no linger), and the offsets are committed without waiting for the
     commit: a floor of seqkeeper's order of writes and its way of sending,
     not the limit's per-record sends."""
-    from seqkeeper.adapter.producer import BatchProducer, Out, Record
-    from seqkeeper.topologies.shell import (
-        PRODUCER_BATCH_BYTES,  # (imports Faust: not for the limit)
-    )
+    from seqkeeper.adapter.producer import PRODUCER_BATCH_BYTES, BatchProducer, Out, Record
 
     producer = AIOKafkaProducer(
         bootstrap_servers=bootstrap, acks=1, max_batch_size=PRODUCER_BATCH_BYTES

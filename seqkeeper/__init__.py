@@ -1,8 +1,18 @@
 """seqkeeper: ordered, deduplicated, trustworthy topics from unreliable streams.
 
-This package is the imperative shell (CLI, settings, embedded broker, demo,
-verifier). The patterns live in ``processors``, storage in ``state``, the
-Faust wiring in ``topologies`` and the batch side in ``spark_sink``.
+The one import name of the project. Its parts, from the bottom up:
+
+- :mod:`seqkeeper.processors`: the patterns, pure state machines (no Kafka,
+  no Faust, no clock);
+- :mod:`seqkeeper.settings`: every setting, declared once;
+- :mod:`seqkeeper.state`: storage and codecs;
+- :mod:`seqkeeper.adapter`: every Faust and aiokafka override;
+- :mod:`seqkeeper.runtime`: the processing and commit protocol;
+- :mod:`seqkeeper.topologies`: the two workers' topologies, wired by the runtime;
+- :mod:`seqkeeper.spark_sink`: the batch side (Parquet, audit, replay);
+- the shell: the CLI (:mod:`seqkeeper.cli`), the worker process, brokers,
+  the demo, and the verification tooling (:mod:`seqkeeper.verification`);
+  :mod:`seqkeeper.bench` is ``seqkeeper bench``.
 """
 
 __version__ = "0.1.0"

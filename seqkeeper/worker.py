@@ -1,13 +1,12 @@
-"""Run the long-running Faust worker of the ordered/deduplicated topology."""
+"""The worker process: its broker, its topics, and the Faust worker that
+runs a topology through the runtime (:mod:`seqkeeper.runtime`)."""
 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
 import gc
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -25,7 +24,6 @@ from seqkeeper.broker import (
     port_is_free,
 )
 from seqkeeper.settings import Settings
-from seqkeeper.state.integrity import discard_corrupt
 from seqkeeper.topics import create_topics
 from seqkeeper.wait import BrokerUnreachable, broker_answers, wait_for_broker
 
@@ -70,8 +68,8 @@ def broker_for(settings: Settings) -> Iterator[Settings]:
 def faust_worker(app: Any, settings: Settings) -> Any:
     """Faust's worker for ``app``, without its terminal spinner: the spinner
     sets the root logger to DEBUG when the level is WARN or above, so every
-    debug call of aiokafka and Faust builds a log record (about 7% of a busy
-    worker's time). A service has no terminal to spin on."""
+    debug call of aiokafka and Faust builds a log record, a cost on every
+    busy worker. A service has no terminal to spin on."""
     import faust
 
     worker = faust.Worker(app, loglevel=settings.runtime.log_level, quiet=True, stdout=sys.stdout)
@@ -83,9 +81,8 @@ def tune_interpreter(settings: Settings) -> None:
     """Apply the garbage-collector thresholds and the thread switch interval
     of ``settings`` to this process, and freeze what exists by now (called
     once the app is built): modules, classes and the app live as long as
-    the process, and a full collection no longer examines them (the one
-    full collection of a 20-second run at 7,000 msg/s examined ~35,000
-    objects instead of ~117,000 and took 15–51 ms instead of 73–87)."""
+    the process, and a full collection no longer examines them: full
+    collections become shorter pauses."""
     gc.set_threshold(*settings.runtime.gc_thresholds())
     sys.setswitchinterval(settings.runtime.switch_seconds())
     gc.collect()
@@ -95,30 +92,22 @@ def tune_interpreter(settings: Settings) -> None:
 def run_worker(settings: Settings) -> None:
     """Run the worker in the foreground until SIGINT/SIGTERM (graceful stop)."""
 
+    from seqkeeper.runtime.app import build_app
+    from seqkeeper.runtime.task import LocalState
+
     if settings.runtime.topology == "commands":
-        from seqkeeper.topologies.commands import build_app
+        from seqkeeper.topologies.commands import wiring
     else:
-        from seqkeeper.topologies.ordered import build_app
+        from seqkeeper.topologies.ordered import wiring
 
     with broker_for(settings) as settings:
         settings.runtime.data_dir.mkdir(parents=True, exist_ok=True)
         if settings.runtime.web_port == 0:
             settings = settings.with_overrides(web_port=web_port_for(settings))
         await_broker_and_topics(settings)
-        app = build_app(settings)
-        running = settings.runtime.data_dir / "worker.running"
-        if running.exists():
-            # kill -9, OOM, power loss: local RocksDB may hold writes the
-            # changelog never got; using it would let the two diverge.
-            # (Kafka Streams does the same under exactly-once.)
-            print(
-                "the previous worker did not stop cleanly: local state "
-                f"{app.conf.tabledir} is discarded and rebuilt from the changelog",
-                flush=True,
-            )
-            shutil.rmtree(app.conf.tabledir, ignore_errors=True)
-        app.local_state_check = check_local_state(Path(app.conf.tabledir))
-        running.write_text(f"{os.getpid()}\n")
+        app, task = build_app(settings, wiring(settings))
+        local = LocalState(settings.runtime.data_dir, Path(app.conf.tabledir))
+        app.local_state_check = local.open(lambda line: print(line, flush=True))
         print(
             f"seqkeeper worker: broker {settings.broker.bootstrap}, data {settings.runtime.data_dir}, "
             f"web http://{settings.runtime.web_host}:{settings.runtime.web_port}/",
@@ -131,7 +120,8 @@ def run_worker(settings: Settings) -> None:
         except SystemExit as exc:
             if exc.code not in (0, None):
                 raise
-        running.unlink()  # a clean stop: the local state matches the changelog
+        task.close()
+        local.close_cleanly()
 
 
 def await_broker_and_topics(settings: Settings) -> None:
@@ -190,24 +180,6 @@ def web_port_for(settings: Settings) -> int:
         port = free_port()
         saved.write_text(f"{port}\n")
     return port
-
-
-def check_local_state(tabledir: Path) -> concurrent.futures.Future[None]:
-    """Check every local RocksDB in a thread (it reads every block: O(state)),
-    overlapping the worker's start-up and group join; corrupt ones are
-    discarded and rebuilt from the changelog (the tables wait for it)."""
-
-    def check() -> None:
-        for db, problem in discard_corrupt(tabledir):
-            print(
-                f"local state {db} is corrupt ({problem}): discarded, rebuilt from the changelog",
-                flush=True,
-            )
-
-    pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="integrity")
-    done = pool.submit(check)
-    pool.shutdown(wait=False)  # the thread ends with the check
-    return done
 
 
 class WorkerDied(RuntimeError):

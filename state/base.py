@@ -38,8 +38,11 @@ class LocalTable(Protocol):
     Faust table)."""
 
     name: str
-    #: the changelog topic's name
-    changelog_topic: str
+
+    @property
+    def changelog_topic(self) -> str:
+        """The changelog topic's name."""
+        ...
 
     def open_dbs(self) -> Mapping[int, Any]:
         """The partitions' open databases (a live view: a database leaves it

@@ -11,7 +11,7 @@ RocksDB up to the persisted offset) works unchanged. Going around
 API does not: writes outside of an event (timers), no per-access mapping
 overhead, and no per-record publish (a future and callbacks per write).
 
-The outbox cycle (:mod:`topologies.shell`) flushes before it produces any
+The commit protocol (:mod:`seqkeeper.runtime.task`) flushes before it produces any
 output, so no output is ever on the broker before the state behind it.
 
 Local writes are deferred (``deferred=`` a family's prefix byte): they go

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import logging
 
+from seqkeeper.runtime.app import build_app
 from seqkeeper.settings import Settings
-from seqkeeper.topologies.ordered import build_app
+from seqkeeper.topologies.ordered import wiring
 from seqkeeper.worker import faust_worker
 
 
@@ -17,7 +18,7 @@ def test_warning_level_keeps_debug_off(tmp_path) -> None:
         settings = Settings.of(
             bootstrap="127.0.0.1:1", data_dir=tmp_path, log_level="warning", web_port=6067
         )
-        worker = faust_worker(build_app(settings), settings)
+        worker = faust_worker(build_app(settings, wiring(settings))[0], settings)
         worker._setup_logging()
         assert not logging.getLogger("aiokafka.conn").isEnabledFor(logging.DEBUG)
         assert logging.getLogger("seqkeeper.ordered").isEnabledFor(logging.WARNING)

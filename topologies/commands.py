@@ -5,8 +5,8 @@ Transactional Outbox -> ``commands.events``, ``replyTo`` topics,
 Per command, in one synchronous block: parse, read the entity and the
 receipt, decide (:func:`processors.command.decide`), persist (entity with
 its outbox in one record, then the receipt), queue the messages to dispatch
-in the outbox of :mod:`topologies.shell`. The outbox cycle produces them once
-the state is durable and then marks them dispatched (drops them from the
+in the topology's outbox. The runtime's commit protocol
+(:mod:`seqkeeper.runtime.task`) produces them once the state is durable and then marks them dispatched (drops them from the
 entity, keeps the receipt). On every assignment the worker dispatches again
 whatever an entity still holds (a crash between persist and dispatch, or
 between dispatch and mark). Retries of transient handler failures and the
@@ -18,16 +18,12 @@ from __future__ import annotations
 import heapq
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
-import faust
 import orjson
 from prometheus_client import CollectorRegistry, Counter
 
-from seqkeeper.adapter.batches import ack_batch, batch_source, current, seconds
-from seqkeeper.adapter.diagnostics import install_diagnostics
-from seqkeeper.adapter.tables import RocksTable, raw_table
 from seqkeeper.processors.command import (
     DEAD_LETTER,
     Decision,
@@ -42,19 +38,9 @@ from seqkeeper.processors.command import (
 )
 from seqkeeper.processors.dead_letter import dead_letter_headers
 from seqkeeper.processors.envelope import InvalidMessage
+from seqkeeper.runtime.protocol import Batch, InputRecord, OutboxOwner, Positions, Wiring
 from seqkeeper.settings import Settings
 from seqkeeper.state.commands import CommandStore
-from seqkeeper.state.rocksdb import FaustRocksStore
-from seqkeeper.topologies.shell import (
-    Batch,
-    OutboxOwner,
-    install_metrics,
-    install_outbox,
-    make_app,
-    owned_partitions,
-    raw_topic,
-    relieve,
-)
 
 log = logging.getLogger("seqkeeper.commands")
 
@@ -102,6 +88,14 @@ class CommandTopology(OutboxOwner):
         self.metrics = CommandMetrics()
 
     # -- input -------------------------------------------------------------
+    def on_records(self, partition: int, records: Iterable[InputRecord], wall: float) -> None:
+        """Fetched commands of one partition, in offset order."""
+        on_record = self.on_record
+        for r in records:
+            millis = r.timestamp
+            seconds = None if millis is None else millis / 1000.0
+            on_record(partition, r.offset, r.key, r.value, r.headers, seconds, wall)
+
     def on_record(
         self,
         partition: int,
@@ -153,8 +147,9 @@ class CommandTopology(OutboxOwner):
             pending.update(cid for cid, _ in stored.outbox)
 
     # -- timers ------------------------------------------------------------
-    def on_tick(self, now: float) -> None:
-        """Retries that are due, and receipts past retention."""
+    def on_tick(self, positions: Positions, now: float) -> None:
+        """Retries that are due, and receipts past retention (the input's
+        positions do not matter here)."""
         while self.retries and self.retries[0][0] <= now:
             _, partition, mid = heapq.heappop(self.retries)
             if partition not in self.owned:
@@ -277,52 +272,25 @@ def command_key(value: bytes) -> bytes:
     return str(orjson.loads(value)["partitionKey"]).encode("utf-8")
 
 
-def build_app(settings: Settings, registry: Registry | None = None) -> faust.App:
-    """The Faust app of the command topology (default: the inventory domain)."""
+def _topic_name(name: str) -> str:
+    """Command outputs are addressed by topic name (events, dead letters,
+    each command's ``replyTo``)."""
+    return name
+
+
+def wiring(settings: Settings, registry: Registry | None = None) -> Wiring:
+    """How the runtime wires the command topology (default: the inventory
+    domain)."""
     if registry is None:
         from seqkeeper.processors.inventory import registry as inventory
 
         registry = inventory
-    app = make_app(settings)
-    source = raw_topic(app, settings.commands.command_topic, settings.broker.partitions)
-    topics: dict[str, Any] = {}
-
-    def resolve(name: str) -> Any:
-        if name not in topics:
-            topics[name] = raw_topic(app, name, settings.broker.partitions)
-        return topics[name]
-
-    table = raw_table(
-        app, "commands", settings.broker.partitions, options=settings.runtime.rocksdb_options()
+    handlers = registry
+    return Wiring(
+        input_topic=settings.commands.command_topic,
+        table="commands",
+        build=lambda store: CommandTopology(settings, CommandStore(store), handlers),
+        output_topic=_topic_name,
+        registry=lambda topology: topology.metrics.registry,
+        probe=lambda topology: {"owned": topology.owned},
     )
-    store = FaustRocksStore(RocksTable(table), app.batch_producer)  # type: ignore[attr-defined]
-    topology = CommandTopology(settings, CommandStore(store), registry)
-    app.seqkeeper = topology  # type: ignore[attr-defined]
-    probe = install_outbox(app, topology, store, resolve, settings.runtime.outbox_linger)
-    install_diagnostics(app, probe, lambda: {"owned": topology.owned})
-    install_metrics(app, topology.metrics.registry)
-
-    @table.on_recover  # type: ignore[untyped-decorator]
-    async def sweep() -> None:
-        owned = owned_partitions(app, settings.commands.command_topic)
-        topology.on_assigned({tp.partition for tp in owned})
-
-    @app.agent(batch_source(app, source))
-    async def handle(stream: Any) -> None:
-        async for fetched in stream:  # one Fetched per fetch (seqkeeper.adapter.batches)
-            if not current(app, fetched):
-                continue
-            on_record, wall = topology.on_record, time.time()
-            for tp, records in fetched.partitions:
-                p = tp.partition
-                for r in records:
-                    on_record(p, r.offset, r.key, r.value, r.headers, seconds(r.timestamp), wall)
-            ack_batch(app, fetched.partitions)
-            await relieve(app, topology, settings.runtime.outbox_max)
-
-    @app.timer(settings.runtime.timer_interval)
-    async def retries_and_cleanup() -> None:
-        if not app.rebalancing:
-            topology.on_tick(time.time())
-
-    return app

@@ -8,22 +8,13 @@ headers. A timer gives up gaps that blocked longer than the gap timeout, for
 the partitions this worker owns. All per-key state is one changelogged table
 (layout: :mod:`state.codecs`).
 
-Crash consistency is write-ahead, as with a Transactional Outbox:
-
-1. Each input record or timer step is handled in one synchronous block:
-   read state, decide (pure cores), write state (local RocksDB and the
-   changelog's producer queue), and queue the outputs in the topology's
-   *outbox* (in step order).
-2. The outbox cycle (:meth:`OrderedTopology.take`, then the shell) waits
-   until the state writes made before it took the batch are acknowledged by
-   the broker, then produces the batch and waits for those acknowledgements,
-   then :meth:`OrderedTopology.confirm` records per key how far the ordered
-   output is durable (and deletes the messages the batch released). The
-   next batch may be taken, and its state writes sent, while one is
-   produced; batches are produced in the order they were taken.
-3. Faust commits an input offset only after an outbox cycle (the commit hook
-   in :mod:`seqkeeper.adapter.batches`), so every record below the committed offset
-   has durable outputs.
+Crash consistency is write-ahead, as with a Transactional Outbox: the
+runtime's commit protocol (:mod:`seqkeeper.runtime.task`) takes this
+topology's outbox (:meth:`OrderedTopology.take`), makes the state writes
+behind it durable, produces it, and hands it back to
+:meth:`OrderedTopology.confirm`, which records per key how far the ordered
+output is durable (and deletes the messages the batch released); an input
+offset is committed only after that.
 
 So no output is ever durable before the state that produced it, and after a
 crash (``kill -9`` anywhere) or a partition move the new owner, with a state
@@ -39,37 +30,21 @@ from __future__ import annotations
 import collections
 import itertools
 import logging
-import time
 from collections.abc import Callable, Iterable
 from operator import itemgetter
 from typing import Any
 
-import faust
-
-from seqkeeper.adapter.batches import ack_batch, batch_source, current, read_offset, seconds
-from seqkeeper.adapter.diagnostics import install_diagnostics
-from seqkeeper.adapter.tables import RocksTable, raw_table
 from seqkeeper.processors import deduplicator, resequencer
 from seqkeeper.processors.clock import StreamClock
 from seqkeeper.processors.dead_letter import dead_letter_headers
 from seqkeeper.processors.envelope import InvalidMessage, Message, Reason, parse
 from seqkeeper.processors.resequencer import Emission, GapSkipped, KeyState, Step
+from seqkeeper.runtime.protocol import Batch, InputRecord, OutboxOwner, Wiring
 from seqkeeper.settings import Settings
 from seqkeeper.state import codecs
-from seqkeeper.state.rocksdb import FaustRocksStore
 from seqkeeper.state.stores import Stores
 from seqkeeper.state.timers import GapTimers
 from seqkeeper.topologies.metrics import Metrics
-from seqkeeper.topologies.shell import (
-    Batch,
-    OutboxOwner,
-    install_metrics,
-    install_outbox,
-    make_app,
-    owned_partitions,
-    raw_topic,
-    relieve,
-)
 
 log = logging.getLogger("seqkeeper.ordered")
 
@@ -115,6 +90,20 @@ class OrderedTopology(OutboxOwner):
         self.metrics = Metrics()
 
     # -- input -------------------------------------------------------------
+    def on_records(self, partition: int, records: Iterable[InputRecord], wall: float) -> None:
+        """Fetched input records of one partition, in offset order."""
+        on_record = self.on_record
+        for r in records:
+            millis = r.timestamp
+            on_record(
+                partition,
+                r.offset,
+                r.key,
+                r.value,
+                None if millis is None else millis / 1000.0,
+                wall,
+            )
+
     def on_record(
         self,
         partition: int,
@@ -300,6 +289,13 @@ class OrderedTopology(OutboxOwner):
             noted[0] = upto
         noted.extend([e.seq for e in emitted if type(e) is Message])
 
+    def on_stop(self) -> None:
+        """A clean stop: the confirmations still in memory are written."""
+        self.stores.settle()
+
+    def describe(self) -> None:
+        self.save_index()
+
     def save_index(self) -> None:
         """At a clean stop, once the outputs are confirmed: name per owned
         partition the keys the next start-up must look at (waiting for a gap,
@@ -381,83 +377,31 @@ class OrderedTopology(OutboxOwner):
         log.info("dead-lettered partition=%s offset=%s reason=%s", partition, offset, reason)
 
 
-def build_app(settings: Settings) -> faust.App:
-    """The Faust app of the ordered/deduplicated topology for ``settings``."""
-    app = make_app(settings)
-    source = raw_topic(app, settings.ordered.input_topic, settings.broker.partitions)
+def wiring(settings: Settings) -> Wiring:
+    """How the runtime wires the ordered topology for ``settings``."""
     topics = {
-        role: raw_topic(app, name, settings.broker.partitions)
-        for role, name in (
-            ("ordered", settings.ordered.ordered_topic),
-            ("deduped", settings.ordered.deduped_topic),
-            ("dlq", settings.ordered.dlq_topic),
-            ("late", settings.ordered.late_topic),
-        )
+        "ordered": settings.ordered.ordered_topic,
+        "deduped": settings.ordered.deduped_topic,
+        "dlq": settings.ordered.dlq_topic,
+        "late": settings.ordered.late_topic,
     }
-    table = raw_table(
-        app, "state", settings.broker.partitions, options=settings.runtime.rocksdb_options()
-    )
-    # The reorder buffer's local writes wait in memory: most entries are
-    # deleted (confirmed) before they would reach RocksDB.
-    store = FaustRocksStore(RocksTable(table), app.batch_producer, deferred=codecs.BUFFER)  # type: ignore[attr-defined]
-    topology = OrderedTopology(settings, Stores(store))
-    app.seqkeeper = topology  # type: ignore[attr-defined]
-    probe = install_outbox(app, topology, store, topics.__getitem__, settings.runtime.outbox_linger)
-    install_diagnostics(
-        app,
-        probe,
-        lambda: {
+
+    def probe(topology: Any) -> dict[str, Any]:
+        return {
             "outbox records": len(topology.outbox.records),
             "owned": topology.owned,
             "processed": topology.processed,
             "generation": topology.generation,
-        },
+        }
+
+    return Wiring(
+        input_topic=settings.ordered.input_topic,
+        table="state",
+        build=lambda store: OrderedTopology(settings, Stores(store)),
+        output_topic=topics.__getitem__,
+        # The reorder buffer's local writes wait in memory: most entries are
+        # deleted (confirmed) before they would reach RocksDB.
+        deferred=codecs.BUFFER,
+        registry=lambda topology: topology.metrics.registry,
+        probe=probe,
     )
-    install_metrics(app, topology.metrics.registry)
-
-    def owned() -> list[Any]:
-        return owned_partitions(app, settings.ordered.input_topic)
-
-    @table.on_recover  # type: ignore[untyped-decorator]
-    async def rebuild_index() -> None:
-        topology.on_assigned({tp.partition for tp in owned()})
-
-    async def save_index() -> None:
-        store.sync()
-        if app.rebalancing:
-            return  # the assignment in memory may not be the state's
-        await app.outbox_cycle()  # produce and confirm what waits
-        topology.stores.settle()  # the confirmations too
-        await store.flush(store.take_writes())
-        store.sync()
-        topology.save_index()
-
-    app.before_tables_close.append(save_index)
-    app.before_rebalance.append(store.sync)
-
-    @app.agent(batch_source(app, source))
-    async def resequence(stream: Any) -> None:
-        async for fetched in stream:  # one Fetched per fetch (seqkeeper.adapter.batches)
-            if not current(app, fetched):
-                continue
-            on_record, wall = topology.on_record, time.time()
-            for tp, records in fetched.partitions:
-                p = tp.partition
-                for r in records:
-                    on_record(p, r.offset, r.key, r.value, seconds(r.timestamp), wall)
-            ack_batch(app, fetched.partitions)
-            await relieve(app, topology, settings.runtime.outbox_max)
-
-    @app.timer(settings.runtime.timer_interval)
-    async def gap_timeouts() -> None:
-        if not app.rebalancing:
-            consumer = app.consumer
-            topology.on_tick(
-                {
-                    tp.partition: (consumer.highwater(tp), read_offset(app, tp))
-                    for tp in owned()
-                },
-                time.time(),
-            )
-
-    return app

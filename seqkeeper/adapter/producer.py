@@ -26,7 +26,13 @@ from aiokafka.producer.message_accumulator import BatchBuilder
 
 from seqkeeper.state.base import Header, Record
 
-__all__ = ["AcknowledgingProducer", "BatchProducer", "Header", "Out", "Partitioner", "Record"]
+__all__ = [
+    "PRODUCER_BATCH_BYTES",
+    "AcknowledgingProducer", "BatchProducer", "Header", "Out", "Partitioner", "Record"]
+
+#: Largest record batch the worker produces (within Kafka's default
+#: 1 MiB message.max.bytes and aiokafka's 1 MiB max_request_size).
+PRODUCER_BATCH_BYTES = 512 * 1024
 
 #: Keys whose partition a topic's partitioner keeps (then it starts over).
 PICKS_REMEMBERED = 100_000

@@ -131,7 +131,7 @@ def test_transient_failures_are_retried_by_the_timer_then_dead_lettered() -> Non
     restarted = CommandTopology(settings, CommandStore(memory), flaky)
     restarted.on_assigned({0})  # the retry index survives a restart
     for now in (100.5, 101.0, 103.0):
-        restarted.on_tick(now)
+        restarted.on_tick({}, now)
     records = restarted.take().records
     dead = [dict(h or []) for t, _, _, h in records if t == settings.commands.command_dlq_topic]
     assert calls == {"soon": 3, "never": 3}
@@ -157,12 +157,12 @@ def test_old_receipts_are_cleaned_in_batches_and_the_entity_stays_small() -> Non
     entity = store.entity(0, "2:t1/sku-1")
     assert entity.version == n and entity.outbox == ()  # markers live apart
     assert len(memory.get(0, b"e2:t1/sku-1") or b"") < 200
-    topology.on_tick(100.0 + 1800)  # younger than the retention: kept
+    topology.on_tick({}, 100.0 + 1800)  # younger than the retention: kept
     assert store.receipt(0, "m0") is not None
-    topology.on_tick(100.0 + 3601)  # one batch
+    topology.on_tick({}, 100.0 + 3601)  # one batch
     left = sum(1 for i in range(n) if store.receipt(0, f"m{i}") is not None)
     assert left == n - 256
-    topology.on_tick(100.0 + 3602)
+    topology.on_tick({}, 100.0 + 3602)
     assert all(store.receipt(0, f"m{i}") is None for i in range(n))
     assert list(memory.items(0, b"c")) == [] and list(memory.items(0, b"t")) == []
     assert topology.metrics.registry.get_sample_value("seqkeeper_receipts_forgotten_total") == n

@@ -2,7 +2,7 @@
 
 The topology runs on an in-memory store whose every write is appended to a
 simulated changelog; a simulated shell runs the outbox cycle and the commit
-exactly as ``build_app`` does (state durable -> outputs produced -> confirm;
+exactly as the runtime's commit protocol (seqkeeper.runtime.task) does (state durable -> outputs produced -> confirm;
 commit after a cycle). Hypothesis then crashes the worker anywhere: between
 any two writes (the changelog keeps an arbitrary prefix of what was not yet
 acknowledged), in the middle of producing a batch (each output topic keeps
@@ -23,12 +23,12 @@ from collections import defaultdict
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from seqkeeper.runtime.protocol import Batch
 from seqkeeper.settings import Settings
 from seqkeeper.state.memory import MemoryStore
 from seqkeeper.state.stores import Stores
 from seqkeeper.topics import Record
 from seqkeeper.topologies.ordered import OrderedTopology
-from seqkeeper.topologies.shell import Batch
 from seqkeeper.verification.verify import verify
 from seqkeeper.verification.workload import generate
 

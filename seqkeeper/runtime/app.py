@@ -1,0 +1,147 @@
+"""The Faust side of the runtime: the app a worker runs for a topology.
+
+:func:`build_app` wires a :class:`~seqkeeper.runtime.protocol.Wiring` into a
+Faust app: the input topic read as fetched batches, the changelogged table
+on RocksDB, the :class:`~seqkeeper.runtime.task.Task` that runs the commit
+protocol, and the agent, timer and hooks that drive it. Every Faust call of
+the runtime is here; Faust's own behaviour is changed only in
+:mod:`seqkeeper.adapter`.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import faust
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+from seqkeeper.adapter.app import App
+from seqkeeper.adapter.batches import ack_batch, batch_source, current, read_offset
+from seqkeeper.adapter.diagnostics import install_diagnostics
+from seqkeeper.adapter.producer import PRODUCER_BATCH_BYTES
+from seqkeeper.adapter.tables import RocksTable, raw_table
+from seqkeeper.runtime.protocol import Wiring
+from seqkeeper.runtime.task import Task
+from seqkeeper.settings import Settings
+from seqkeeper.state.rocksdb import FaustRocksStore
+
+
+def make_app(settings: Settings, app_id: str | None = None) -> faust.App:
+    """The Faust app for ``settings`` (RocksDB tables, the adapter's
+    transport and recovery)."""
+    if not settings.broker.bootstrap:
+        raise ValueError("no broker: start one first or give its address")
+    app = App(
+        app_id or settings.group_id,
+        broker=[f"kafka://{server.strip()}" for server in settings.broker.bootstrap.split(",")],
+        store="rocksdb://",
+        datadir=str(settings.runtime.data_dir),
+        web_enabled=True,
+        web_host=settings.runtime.web_host,
+        web_port=settings.runtime.web_port,
+        topic_partitions=settings.broker.partitions,
+        topic_replication_factor=settings.broker.replication,
+        consumer_auto_offset_reset="earliest",
+        table_standby_replicas=0,
+        broker_session_timeout=settings.runtime.session_timeout,
+        broker_heartbeat_interval=min(3.0, settings.runtime.session_timeout / 3),
+        broker_max_poll_records=settings.runtime.max_poll_records,
+        broker_commit_interval=settings.runtime.commit_interval,
+        # aiokafka sends at most one batch per partition per request: with
+        # its small default an outbox cycle's changelog writes would go out
+        # as many requests one after another, each cycle longer than the last.
+        producer_max_batch_size=PRODUCER_BATCH_BYTES,
+    )
+    app.fetch_max_wait_ms = settings.runtime.fetch_wait_ms()
+    app.group_instance_id = settings.runtime.instance_id or None
+    return app
+
+
+def raw_topic(app: faust.App, name: str, partitions: int) -> Any:
+    return app.topic(
+        name,
+        key_type=bytes,
+        value_type=bytes,
+        key_serializer="raw",
+        value_serializer="raw",
+        partitions=partitions,
+    )
+
+
+def owned_partitions(app: Any, topic: str) -> list[Any]:
+    """This worker's active partitions (TPs) of ``topic``."""
+    return [tp for tp in app.assignor.assigned_actives() if tp.topic == topic]
+
+
+def install_metrics(app: Any, registry: CollectorRegistry | None) -> None:
+    """``GET /metrics`` in the Prometheus text format."""
+    if registry is None:
+        return
+
+    @app.page("/metrics")  # type: ignore[untyped-decorator]
+    async def metrics(web: Any, request: Any) -> Any:
+        return web.bytes(
+            generate_latest(registry),
+            content_type=CONTENT_TYPE_LATEST.split(";")[0] + "; version=0.0.4",
+        )
+
+
+def build_app(settings: Settings, wiring: Wiring) -> tuple[faust.App, Task]:
+    """The Faust app running ``wiring``'s topology, and its task."""
+    app: Any = make_app(settings)
+    partitions = settings.broker.partitions
+    source = raw_topic(app, wiring.input_topic, partitions)
+    table = raw_table(app, wiring.table, partitions, options=settings.runtime.rocksdb_options())
+    store = FaustRocksStore(RocksTable(table), app.batch_producer, deferred=wiring.deferred)
+    topology = wiring.build(store)
+    task = Task(
+        topology, store, app.batch_producer, wiring.output_topic, settings.runtime.outbox_linger
+    )
+    app.seqkeeper = topology
+
+    # the commit protocol's hooks (seqkeeper.adapter.app): step 6 waits for
+    # steps 2-5; a rebalance and a clean stop reach the task first
+    app.before_commit.append(task.cycle)
+    app.before_rebalance.append(task.on_rebalance)
+
+    async def suspend() -> None:
+        await task.suspend(rebalancing=bool(app.rebalancing))
+
+    app.before_tables_close.append(suspend)
+    app.task(task.run)
+    install_diagnostics(app, task.probe, lambda: wiring.probe(topology))
+    install_metrics(app, wiring.registry(topology))
+
+    def owned() -> list[Any]:
+        return owned_partitions(app, wiring.input_topic)
+
+    @table.on_recover  # type: ignore[untyped-decorator]
+    async def restored() -> None:
+        task.on_restored({tp.partition for tp in owned()})
+
+    limit = settings.runtime.outbox_max
+
+    @app.agent(batch_source(app, source))  # type: ignore[untyped-decorator]
+    async def process(stream: Any) -> None:
+        # step 1 of the commit protocol, one fetch at a time
+        on_records = topology.on_records
+        async for fetched in stream:  # one Fetched per fetch (seqkeeper.adapter.batches)
+            if not current(app, fetched):
+                continue
+            wall = time.time()
+            for tp, records in fetched.partitions:
+                on_records(tp.partition, records, wall)
+            ack_batch(app, fetched.partitions)
+            await task.relieve(limit)
+
+    @app.timer(settings.runtime.timer_interval)  # type: ignore[untyped-decorator]
+    async def tick() -> None:
+        if not app.rebalancing:
+            consumer = app.consumer
+            task.on_tick(
+                {tp.partition: (consumer.highwater(tp), read_offset(app, tp)) for tp in owned()},
+                time.time(),
+            )
+
+    return app, task

@@ -1,0 +1,169 @@
+"""What a topology implements, and what the runtime gives it.
+
+A topology is a synchronous object around the pure cores: it is handed
+input records and timer ticks, writes its state through a store, and
+queues its outputs in an outbox. It makes no Faust or Kafka call: the
+runtime (:mod:`seqkeeper.runtime.task`) takes its outbox, makes the state
+behind it durable, produces it and hands it back to confirm, and tells it
+when partitions are assigned and revoked.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+Headers = list[tuple[str, bytes]] | None
+
+#: One output record: topic (a role the topology knows, or a topic name),
+#: key, value, headers. A plain tuple: the hot path makes two per message,
+#: and the garbage collector stops tracking a tuple of strings and bytes
+#: (never a dataclass or a tuple subclass: an outbox of many such records
+#: would be traversed by every collection until the cycle took it).
+Out = tuple[str, bytes | None, bytes | None, Headers]
+
+#: Per owned input partition: (its high watermark, the last offset read),
+#: either ``None`` when not known yet.
+Positions = dict[int, tuple[int | None, int | None]]
+
+
+class InputRecord(Protocol):
+    """A fetched input record, as its record batch holds it."""
+
+    @property
+    def offset(self) -> int: ...
+
+    @property
+    def key(self) -> bytes | None: ...
+
+    @property
+    def value(self) -> bytes | None: ...
+
+    @property
+    def headers(self) -> Sequence[tuple[str, bytes]]: ...
+
+    @property
+    def timestamp(self) -> int | None:
+        """Milliseconds since the epoch."""
+        ...
+
+
+@dataclass
+class Batch:
+    """What one outbox cycle produces, and what the topology confirms once
+    it is produced (``confirms``: topology-specific, keyed per partition and
+    key). ``generation`` is the assignment it belongs to."""
+
+    records: list[Out] = field(default_factory=list)
+    confirms: dict[tuple[int, str], Any] = field(default_factory=dict)
+    generation: int = 0
+
+    def __bool__(self) -> bool:
+        return bool(self.records or self.confirms)
+
+
+class Topology(Protocol):
+    """The protocol between a topology and the runtime."""
+
+    #: the records queued since the last take
+    outbox: Batch
+    #: set by the runtime: called when the outbox gets its first record
+    on_output: Callable[[], None]
+
+    def on_records(self, partition: int, records: Iterable[InputRecord], wall: float) -> None:
+        """Input records of one partition, in offset order."""
+        ...
+
+    def on_tick(self, positions: Positions, wall: float) -> None:
+        """A timer tick: time-driven steps (gap timeouts, retries, clean-up)."""
+        ...
+
+    def take(self) -> Batch:
+        """The outbox so far (the next call starts a new one)."""
+        ...
+
+    def confirm(self, batch: Batch) -> None:
+        """``batch`` was produced and acknowledged."""
+        ...
+
+    def on_assigned(self, partitions: set[int]) -> None:
+        """The state of ``partitions`` (all this worker owns now) is
+        restored: emit again what was not confirmed."""
+        ...
+
+    def on_revoked(self) -> None:
+        """A rebalance began: what the topology knows of its partitions may
+        be stale until the next :meth:`on_assigned`."""
+        ...
+
+    def on_stop(self) -> None:
+        """A clean stop, after the last outbox cycle: the topology's last
+        state writes (the runtime makes them durable after)."""
+        ...
+
+    def describe(self) -> None:
+        """A clean stop, once everything is durable: describe the state for
+        the next start, in the local state only (any later write voids it)."""
+        ...
+
+
+class OutboxOwner:
+    """The outbox half of a topology: queue records, hand batches over.
+    Subclasses set ``outbox``, ``generation`` and ``on_output`` and
+    implement ``confirm``."""
+
+    outbox: Batch
+    generation: int
+    on_output: Callable[[], None]
+
+    def emit(
+        self, topic: str, key: bytes | None, value: bytes | None, headers: Headers = None
+    ) -> None:
+        records = self.outbox.records
+        records.append((topic, key, value, headers))
+        if len(records) == 1:
+            self.on_output()
+
+    def take(self) -> Batch:
+        """The outbox so far; the runtime produces it once the state written
+        until now is durable, then calls ``confirm``."""
+        batch, self.outbox = self.outbox, Batch(generation=self.generation)
+        batch.generation = self.generation
+        self.taken(batch)
+        return batch
+
+    def taken(self, batch: Batch) -> None:
+        """Called with every batch taken (metrics)."""
+
+    def on_revoked(self) -> None:
+        """Nothing to forget by default: :meth:`Topology.on_assigned` starts
+        a new generation."""
+
+    def on_stop(self) -> None:
+        """No last writes by default."""
+
+    def describe(self) -> None:
+        """Nothing to describe by default."""
+
+
+@dataclass(frozen=True)
+class Wiring:
+    """How the runtime wires a topology: what it reads, where its state
+    lives, and where its outputs go. Built by each topology's ``wiring``."""
+
+    #: the input topic
+    input_topic: str
+    #: the changelogged table holding the topology's state
+    table: str
+    #: builds the topology over a store (:class:`~seqkeeper.state.base.PartitionStore`)
+    build: Callable[[Any], Topology]
+    #: an output's topic name: ``Out[0]`` (a role or a name) to a topic name
+    output_topic: Callable[[str], str]
+    #: the key prefix whose local writes may wait in memory (see
+    #: :class:`~seqkeeper.state.rocksdb.FaustRocksStore`), if any
+    deferred: bytes | None = None
+    #: the topology's Prometheus registry, served at ``/metrics``
+    registry: Callable[[Any], Any] = lambda topology: None
+    #: extra values for the ``kill -USR1`` diagnostics
+    probe: Callable[[Any], dict[str, Any]] = lambda topology: {}

@@ -1,0 +1,325 @@
+"""The processing and commit protocol of a worker, in one place.
+
+A :class:`Task` runs one topology (:class:`~seqkeeper.runtime.protocol.Topology`)
+over one store: it takes the topology's outbox, makes the state behind it
+durable, produces it, hands it back to confirm, and lets the input offsets
+be committed only after that. It moves through explicit states
+(:class:`TaskState`); :mod:`seqkeeper.runtime.app` drives it from Faust's
+events. It makes no Faust call, so the tests drive it with a hand-held
+broker (``tests/runtime/test_task.py``).
+
+The commit protocol, as numbered steps. Each step says what a crash
+(``kill -9``) between it and the next leaves behind; in every case the
+state on the broker is a prefix of the writes made, and no output is on
+the broker before the state that produced it.
+
+1. **Process** (the agent, synchronous per fetch): the topology reads state,
+   decides (pure cores), writes state (local RocksDB and the changelog
+   queue) and queues outputs in its outbox. *Crash*: nothing of it left the
+   process; the input is read again from the committed offset.
+2. **Take** (:meth:`Task.take`, no await inside): the outbox and the
+   changelog writes made so far, together. *Crash*: as after 1.
+3. **Flush** the taken changelog writes and wait for their acknowledgements;
+   record the persisted changelog offsets. *Crash*: the state is durable,
+   its outputs are not; the new owner finds them unconfirmed and emits
+   them again (:meth:`Topology.on_assigned`).
+4. **Produce** the batch, after the batch taken before it, and wait for
+   its acknowledgements. *Crash*: some or all outputs are on the broker,
+   unconfirmed: the new owner emits them again, identical (at-least-once,
+   duplicates byte-identical).
+5. **Confirm**: the topology records per key how far its output is durable
+   (state writes that go out with the next take). *Crash*: the
+   confirmation may be lost; as after 4.
+6. **Commit** the input offsets (Faust, after :meth:`Task.cycle` ran steps
+   2-5 for everything processed so far: the ``before_commit`` hook).
+   *Crash*: none: everything below the committed offset has durable state
+   and outputs.
+
+Steps 2-3 of the next batch may run while step 4 of one is under way (two
+stages, each in take order), so a batch's state writes travel in the same
+produce requests as the outputs before them.
+
+Around it, the local state (:class:`LocalState`): a worker that did not
+stop cleanly discards its local RocksDB at start (it may hold writes the
+changelog never got) and rebuilds it from the changelog; a clean stop runs
+a last cycle, lets the topology describe its state for the next start
+(:meth:`Task.suspend`), and marks the local state clean.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import enum
+import logging
+import os
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Protocol
+
+from seqkeeper.runtime.protocol import Batch, Out, Positions, Topology
+from seqkeeper.state.integrity import discard_corrupt
+
+log = logging.getLogger("seqkeeper.runtime")
+
+
+class TaskState(enum.Enum):
+    CREATED = "created"  #: built; nothing assigned yet
+    RESTORING = "restoring"  #: a rebalance reached the state: being restored
+    RUNNING = "running"  #: the assigned partitions' state is restored
+    SUSPENDED = "suspended"  #: a clean stop ran its last cycle
+    CLOSED = "closed"  #: stopped; the local state is marked clean
+
+
+#: The transitions a task may make.
+TRANSITIONS: dict[TaskState, frozenset[TaskState]] = {
+    TaskState.CREATED: frozenset({TaskState.RESTORING, TaskState.SUSPENDED, TaskState.CLOSED}),
+    TaskState.RESTORING: frozenset(
+        {TaskState.RESTORING, TaskState.RUNNING, TaskState.SUSPENDED, TaskState.CLOSED}
+    ),
+    TaskState.RUNNING: frozenset({TaskState.RESTORING, TaskState.SUSPENDED, TaskState.CLOSED}),
+    TaskState.SUSPENDED: frozenset({TaskState.CLOSED}),
+    TaskState.CLOSED: frozenset(),
+}
+
+
+class IllegalTransition(RuntimeError):
+    """A task was asked to move to a state it cannot reach from its own."""
+
+
+class ChangelogStore(Protocol):
+    """What the task needs of the topology's store
+    (:class:`~seqkeeper.state.rocksdb.FaustRocksStore`)."""
+
+    def take_writes(self) -> Any: ...
+
+    async def flush(self, writes: Any) -> None: ...
+
+    def sync(self) -> None: ...
+
+
+class OutputProducer(Protocol):
+    """What the task needs of the producer
+    (:class:`~seqkeeper.adapter.producer.BatchProducer`)."""
+
+    async def group(self, records: list[Out], topic_of: Callable[[str], str]) -> Any: ...
+
+    async def send(self, grouped: Any) -> Any: ...
+
+
+class Task:
+    """One worker's processing protocol (see the module docstring)."""
+
+    def __init__(
+        self,
+        topology: Topology,
+        store: ChangelogStore,
+        producer: OutputProducer,
+        topic_of: Callable[[str], str],
+        linger: float = 0.0,
+    ) -> None:
+        self.topology = topology
+        self.store = store
+        self.producer = producer
+        self.topic_of = topic_of
+        self.linger = linger
+        self.state = TaskState.CREATED
+        self.wake = asyncio.Event()
+        topology.on_output = self.wake.set
+        self.taking = asyncio.Lock()
+        #: agents waiting in relieve() for the next take
+        self.waiters: list[asyncio.Future[None]] = []
+        #: the produce stages of the last two takes (each awaits the one before)
+        self.stages: list[asyncio.Future[None]] = []
+
+    # -- states ----------------------------------------------------------------
+    def _to(self, state: TaskState) -> None:
+        if state not in TRANSITIONS[self.state]:
+            raise IllegalTransition(f"task {self.state.value} cannot become {state.value}")
+        if state is not self.state:
+            log.info("task %s -> %s", self.state.value, state.value)
+        self.state = state
+
+    def on_rebalance(self) -> None:
+        """A rebalance reached the state, before any partition's RocksDB is
+        closed or restored: write what waits in memory to the local state
+        (it may be closed next), and tell the topology."""
+        if self.state in (TaskState.SUSPENDED, TaskState.CLOSED):
+            return
+        self.store.sync()
+        self.topology.on_revoked()
+        self._to(TaskState.RESTORING)
+
+    def on_restored(self, partitions: set[int]) -> None:
+        """The state of ``partitions`` (all this worker owns) is restored."""
+        if self.state in (TaskState.SUSPENDED, TaskState.CLOSED):
+            return
+        self.topology.on_assigned(partitions)
+        self._to(TaskState.RUNNING)
+
+    def on_tick(self, positions: Positions, wall: float) -> None:
+        """A timer tick, while running (not during a rebalance)."""
+        if self.state is TaskState.RUNNING:
+            self.topology.on_tick(positions, wall)
+
+    # -- the commit protocol -----------------------------------------------------
+    async def take(self) -> asyncio.Future[None]:
+        """Steps 2 and 3 (take, flush); returns step 4-5 under way."""
+        async with self.taking:
+            stages = self.stages
+            # At most one batch is being produced while this one is taken
+            # (the bound on what waits in memory). A failed produce stage
+            # fails every take after it (and every produce stage: each
+            # awaits the one before).
+            if len(stages) == 2:
+                await stages.pop(0)
+            if stages and stages[-1].done():
+                stages[-1].result()
+            # 2. take: the outbox and the writes behind it, no await between
+            batch = self.topology.take()
+            writes = self.store.take_writes()
+            # The outbox is empty again: an agent held back by relieve() may
+            # go on (what it adds goes to the next take).
+            for waiter in self.waiters:
+                if not waiter.done():
+                    waiter.set_result(None)
+            self.waiters.clear()
+            # 3. flush: the state is durable before any of its outputs
+            await self.store.flush(writes)
+            stage = asyncio.ensure_future(self._produce(batch, stages[-1] if stages else None))
+            stage.add_done_callback(self._wake_on_failure)
+            stages.append(stage)
+            return stage
+
+    async def _produce(self, batch: Batch, before: asyncio.Future[None] | None) -> None:
+        """Steps 4 and 5 (produce, confirm), in the order of the takes."""
+        if before is not None:
+            await before  # (and failing with it)
+        if not batch:
+            return
+        # 4. produce
+        grouped = await self.producer.group(batch.records, self.topic_of)
+        await self.producer.send(grouped)
+        # 5. confirm
+        self.topology.confirm(batch)
+
+    def _wake_on_failure(self, stage: asyncio.Future[None]) -> None:
+        if not stage.cancelled() and stage.exception() is not None:
+            self.wake.set()  # the outbox loop's next take raises it
+
+    async def cycle(self) -> None:
+        """Steps 2-5 for everything processed so far: run before every
+        offset commit (step 6)."""
+        await (await self.take())
+
+    async def taken(self) -> None:
+        """Return once a take has taken the outbox as it is now: at once
+        after the take under way (if any), not after any acknowledgement of
+        the outputs."""
+        if not self.taking.locked():
+            await self.take()  # nothing being taken: take it now
+            return
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.waiters.append(waiter)
+        self.wake.set()  # the outbox loop's next take takes it (no linger)
+        await waiter
+
+    async def relieve(self, limit: int) -> None:
+        """Back-pressure for the agent: once the outbox holds ``limit``
+        records, wait until a take takes them before taking more input (the
+        agent would otherwise run ahead of the broker, queueing outputs and
+        changelog writes without bound).
+
+        It waits for the take under way to finish and the next to take the
+        outbox (when no take is under way, it takes the outbox itself and
+        waits for those state writes' acknowledgements), not for any
+        output's acknowledgements. Bound: besides the outbox (up to
+        ``limit`` records and a fetch's worth), at most two taken batches
+        wait for their outputs (:meth:`take`)."""
+        if len(self.topology.outbox.records) >= limit:
+            await self.taken()
+
+    async def run(self) -> None:
+        """The outbox loop: a take ``linger`` seconds after the first output
+        (at once when an agent waits in :meth:`relieve`)."""
+        while True:
+            await self.wake.wait()
+            if self.linger and not self.waiters:
+                await asyncio.sleep(self.linger)
+            self.wake.clear()
+            await self.take()
+
+    async def suspend(self, rebalancing: bool) -> None:
+        """A clean stop, before the state closes: a last cycle, the
+        topology's last writes durable, and its description of the state for
+        the next start. During a rebalance only the local writes are made:
+        the assignment in memory may not be the state's."""
+        if self.state in (TaskState.SUSPENDED, TaskState.CLOSED):
+            return
+        self.store.sync()
+        if not rebalancing and self.state is TaskState.RUNNING:
+            await self.cycle()  # produce and confirm what waits
+            self.topology.on_stop()  # its last writes (the confirmations)
+            await self.store.flush(self.store.take_writes())
+            self.store.sync()
+            self.topology.describe()
+        self._to(TaskState.SUSPENDED)
+
+    def close(self) -> None:
+        self._to(TaskState.CLOSED)
+
+    def probe(self) -> dict[str, Any]:
+        return {
+            "task": self.state.value,
+            "outbox wake": self.wake.is_set(),
+            "outbox taking": self.taking.locked(),
+            "outbox batches producing": sum(not stage.done() for stage in self.stages),
+            "agents waiting for the outbox": len(self.waiters),
+        }
+
+
+class LocalState:
+    """The local state directory across worker runs: a marker file exists
+    while a worker runs on it. Found at start, the previous worker did not
+    stop cleanly (``kill -9``, OOM, power loss): its local RocksDB may hold
+    writes the changelog never got, and using it would let the two diverge
+    (Kafka Streams does the same under exactly-once)."""
+
+    def __init__(self, data_dir: Path, tabledir: Path) -> None:
+        self.marker = data_dir / "worker.running"
+        self.tabledir = tabledir
+
+    def open(self, say: Callable[[str], None]) -> concurrent.futures.Future[None]:
+        """Discard the local state after an unclean stop, mark it in use, and
+        check what is left in a thread (the tables wait for the returned
+        future before they open a database)."""
+        if self.marker.exists():
+            say(
+                "the previous worker did not stop cleanly: local state "
+                f"{self.tabledir} is discarded and rebuilt from the changelog"
+            )
+            shutil.rmtree(self.tabledir, ignore_errors=True)
+        check = check_local_state(self.tabledir, say)
+        self.marker.write_text(f"{os.getpid()}\n")
+        return check
+
+    def close_cleanly(self) -> None:
+        """A clean stop: the local state matches the changelog."""
+        self.marker.unlink(missing_ok=True)
+
+
+def check_local_state(
+    tabledir: Path, say: Callable[[str], None]
+) -> concurrent.futures.Future[None]:
+    """Check the local state in a thread; a database that fails the check is
+    discarded and rebuilt from the changelog."""
+
+    def check() -> None:
+        for db, problem in discard_corrupt(tabledir):
+            say(f"local state {db} is corrupt ({problem}): discarded, rebuilt from the changelog")
+
+    pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="integrity")
+    future = pool.submit(check)
+    pool.shutdown(wait=False)
+    return future
