@@ -17,13 +17,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from seqkeeper.settings import Settings
-from seqkeeper.topics import (
-    Record,
-    TopicCache,
-    UnknownTopic,
-    create_topics,
-    end_offsets_of,
-)
+from seqkeeper.topics import Record, TopicCache, UnknownTopic, create_topics
+from seqkeeper.verification.poll import poll, records_in
 from seqkeeper.verification.verify import Report, verify
 from seqkeeper.verification.workload import Workload, generate
 from seqkeeper.worker import WorkerProcess, broker_for
@@ -101,20 +96,26 @@ async def wait_for_output(
 ) -> None:
     """Wait until ``topics`` hold ``expected`` records, or they stop growing."""
     task = progress.add_task(label, total=expected)
-    deadline = time.monotonic() + timeout
     last, last_change = -1, time.monotonic()
-    while time.monotonic() < deadline:
-        ends = await end_offsets_of(settings.broker.bootstrap, topics)
-        done = sum(ends.values())
-        progress.update(task, completed=min(done, expected))
+
+    def settled(done: int) -> bool:
+        nonlocal last, last_change
         if done >= expected:
-            return
+            return True
         if done != last:
             last, last_change = done, time.monotonic()
-        elif time.monotonic() - last_change > 60:
-            return  # stalled: let the verification say what is missing
-        worker.check_alive()
-        await asyncio.sleep(0.5)
+            return False
+        # stalled: let the verification say what is missing
+        return time.monotonic() - last_change > 60
+
+    await poll(
+        lambda: records_in(settings.broker.bootstrap, topics),
+        settled,
+        time.monotonic() + timeout,
+        0.5,
+        alive=worker.check_alive,
+        progress=lambda done: progress.update(task, completed=min(done, expected)),
+    )
 
 
 def summary(report: Report, elapsed: float, title: str = "seqkeeper demo: verification") -> Table:
@@ -251,19 +252,15 @@ async def wait_until_verified(
     settings: Settings, timeout: float, worker: WorkerProcess | None = None, drained: bool = False
 ) -> Report:
     """Poll :func:`verify_topics` until it passes or ``timeout`` runs out."""
-    deadline = time.monotonic() + timeout
     cache = TopicCache(settings.broker.bootstrap)
-    while True:
-        report = await verify_topics(settings, drained, cache)
-        if report.ok:
-            return report
-        if time.monotonic() > deadline:
-            if worker is not None:
-                worker.dump()
-            return report
-        if worker is not None:
-            worker.check_alive()
-        await asyncio.sleep(0.5)
+    return await poll(
+        lambda: verify_topics(settings, drained, cache),
+        lambda report: report.ok,
+        time.monotonic() + timeout,
+        0.5,
+        alive=worker.check_alive if worker is not None else None,
+        timed_out=worker.dump if worker is not None else None,
+    )
 
 
 def run_command_demo(settings: Settings, commands: int, seed: int, quiet: bool = False) -> int:

@@ -32,7 +32,7 @@ import shutil
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import asdict, dataclass, field, fields
 from datetime import UTC, datetime
 from pathlib import Path
@@ -47,6 +47,7 @@ from seqkeeper.processors.dead_letter import REASON
 from seqkeeper.settings import Settings
 from seqkeeper.topics import Record, TopicCache, create_topics, end_offsets_of, read_topic
 from seqkeeper.verification.corpus import DROPPED, EMITTED, Case, command_cases, ordered_cases
+from seqkeeper.verification.poll import poll, records_in
 from seqkeeper.verification.verify import Checked, Report
 from seqkeeper.verification.workload import generate
 from seqkeeper.worker import WorkerProcess
@@ -204,8 +205,7 @@ class Chaos:
 
     @staticmethod
     def ends(settings: Settings, topic: str) -> dict[int, int]:
-        got = asyncio.run(end_offsets_of(settings.broker.bootstrap, [topic]))
-        return {tp.partition: end for tp, end in got.items()}
+        return asyncio.run(_ends(settings, topic))
 
     def until_output(
         self,
@@ -215,22 +215,37 @@ class Chaos:
         every_partition: bool = False,
         timeout: float = 180.0,
         worker: WorkerProcess | None = None,
-        done: Callable[[], bool] = lambda: False,
+        done: Callable[[], Awaitable[bool]] | None = None,
     ) -> float | None:
         """Seconds until ``topic`` grows past ``since`` (on every partition
         that ``every_partition`` asks for); ``None`` on timeout or once
         ``done()`` says there is nothing left to output."""
         t0 = time.monotonic()
         moved: set[int] = set()
-        while time.monotonic() - t0 < timeout and not done():
-            now = self.ends(settings, topic)
-            moved |= {p for p, end in now.items() if end > since.get(p, 0)}
-            if moved and (not every_partition or moved >= set(now)):
-                return time.monotonic() - t0
-            if worker is not None:
-                worker.check_alive()
-            time.sleep(0.2)
-        return None
+        took: list[float] = []
+
+        async def read() -> dict[int, int] | None:
+            if done is not None and await done():
+                return None  # nothing left to output
+            return await _ends(settings, topic)
+
+        def flowing(now: dict[int, int] | None) -> bool:
+            if now is not None:
+                moved.update(p for p, end in now.items() if end > since.get(p, 0))
+                if moved and (not every_partition or moved >= set(now)):
+                    took.append(time.monotonic() - t0)
+            return now is None or bool(took)
+
+        asyncio.run(
+            poll(
+                read,
+                flowing,
+                t0 + timeout,
+                0.2,
+                alive=worker.check_alive if worker is not None else None,
+            )
+        )
+        return took[0] if took else None
 
     def publish_in_background(
         self,
@@ -256,9 +271,13 @@ class Chaos:
         thread.start()
         return thread
 
-    def all_out(self, settings: Settings, topic: str, count: int) -> Callable[[], bool]:
+    def all_out(self, settings: Settings, topic: str, count: int) -> Callable[[], Awaitable[bool]]:
         """``done`` for :meth:`until_output`: ``topic`` holds ``count`` records."""
-        return lambda: sum(self.ends(settings, topic).values()) >= count
+
+        async def done() -> bool:
+            return await records_in(settings.broker.bootstrap, [topic]) >= count
+
+        return done
 
     def verified(
         self,
@@ -270,20 +289,24 @@ class Chaos:
         """Wait until the deduplicated output holds ``expect_accepted``
         messages (cheap: end offsets), then poll the full verification."""
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if sum(self.ends(settings, settings.ordered.deduped_topic).values()) >= expect_accepted:
-                break
-            time.sleep(1.0)
         cache = TopicCache(settings.broker.bootstrap)
-        while True:
-            report = asyncio.run(verify_topics(settings, drained=True, cache=cache))
-            if report.ok:
-                return report
-            if time.monotonic() > deadline:
-                if worker is not None:
-                    worker.dump()  # its log shows where it was stuck
-                return report
-            time.sleep(2.0)
+
+        async def run() -> Report:
+            await poll(
+                lambda: records_in(settings.broker.bootstrap, [settings.ordered.deduped_topic]),
+                lambda accepted: accepted >= expect_accepted,
+                deadline,
+                1.0,
+            )
+            return await poll(
+                lambda: verify_topics(settings, drained=True, cache=cache),
+                lambda report: report.ok,
+                deadline,
+                2.0,
+                timed_out=worker.dump if worker is not None else None,
+            )
+
+        return asyncio.run(run())
 
     def ordered_result(self, out: Outcome, report: Report) -> Outcome:
         out.add_checks(report, LOSS, ORDER)
@@ -509,14 +532,23 @@ class Chaos:
             asyncio.run(_send(cmd.broker.bootstrap, cmd.commands.command_topic, records))
             expected_out = sum(1 for c in ccases if c.expect.startswith("reply:"))
             expected_dlq = len(ccases) - expected_out
-            deadline = time.monotonic() + 120
-            while time.monotonic() < deadline:
-                got = sum(self.ends(cmd, replies).values())
-                dead = sum(self.ends(cmd, cmd.commands.command_dlq_topic).values())
-                if got >= expected_out and dead >= expected_dlq:
-                    break
-                cw.check_alive()
-                time.sleep(0.5)
+
+            async def answered() -> tuple[int, int]:
+                bootstrap = cmd.broker.bootstrap
+                return (
+                    await records_in(bootstrap, [replies]),
+                    await records_in(bootstrap, [cmd.commands.command_dlq_topic]),
+                )
+
+            asyncio.run(
+                poll(
+                    answered,
+                    lambda got: got[0] >= expected_out and got[1] >= expected_dlq,
+                    time.monotonic() + 120,
+                    0.5,
+                    alive=cw.check_alive,
+                )
+            )
             dlq = asyncio.run(read_topic(cmd.broker.bootstrap, cmd.commands.command_dlq_topic))
             answers = asyncio.run(read_topic(cmd.broker.bootstrap, replies))
             out.dead_lettered += len(dlq)
@@ -591,6 +623,12 @@ def _phases(
     for phase in phases:
         rng.shuffle(phase)
     return phases
+
+
+async def _ends(settings: Settings, topic: str) -> dict[int, int]:
+    """``topic``'s end offset per partition."""
+    got = await end_offsets_of(settings.broker.bootstrap, [topic])
+    return {tp.partition: end for tp, end in got.items()}
 
 
 def _corrupt(db: Path) -> None:

@@ -8,7 +8,9 @@ handlers; later copies change nothing.
 
 from __future__ import annotations
 
+import asyncio
 import random
+import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,6 +22,7 @@ from seqkeeper.processors.envelope import InvalidMessage
 from seqkeeper.processors.inventory import registry
 from seqkeeper.settings import Settings
 from seqkeeper.topics import Record, TopicCache
+from seqkeeper.verification.poll import poll
 from seqkeeper.verification.verify import Check, Checked
 
 
@@ -105,22 +108,17 @@ def wait_until_commands_verified(
 ) -> CommandReport:
     """Poll :func:`verify_command_topics` until it passes or ``timeout``
     runs out (``worker``: a WorkerProcess that must stay alive meanwhile)."""
-    import asyncio
-    import time
-
-    deadline = time.monotonic() + timeout
     cache = TopicCache(settings.broker.bootstrap)
-    while True:
-        report = asyncio.run(verify_command_topics(settings, replies, cache))
-        if report.ok:
-            return report
-        if time.monotonic() > deadline:
-            if worker is not None:
-                worker.dump()  # its log shows where it was stuck
-            return report
-        if worker is not None:
-            worker.check_alive()
-        time.sleep(every)
+    return asyncio.run(
+        poll(
+            lambda: verify_command_topics(settings, replies, cache),
+            lambda report: report.ok,
+            time.monotonic() + timeout,
+            every,
+            alive=worker.check_alive if worker is not None else None,
+            timed_out=worker.dump if worker is not None else None,
+        )
+    )
 
 
 def verify_commands(
