@@ -7,23 +7,38 @@ An upgrade starts here: :data:`PRIVATE_MEMBERS` is the list to check
 against the new versions (``tests/adapter/test_private_members.py`` keeps
 it exact, and finds any private member used outside this package).
 
-========================  ====================================================
-module                    job
-========================  ====================================================
-:mod:`.app`               the ``faust.App`` seqkeeper runs, with its hooks
-:mod:`.transport`         the consumer and transport composed of the overrides
-:mod:`.options`           consumer options Faust does not expose
-:mod:`.highwater`         exact partition ends for Faust's recovery
-:mod:`.commit`            hooks run before every offset commit
-:mod:`.getmany`           a fetch that drops no record of the active partitions
-:mod:`.batches`           batch sources: records handed over as fetched
-:mod:`.records`           aiokafka's fetcher yields record batches' own records
-:mod:`.recovery`          recovery resumes the input only once it was sought
-:mod:`.tables`            the table manager's hooks, raw tables, RocksDB access
-:mod:`.producer`          ordered records produced as whole record batches
-:mod:`.offsets`           exact end offsets and fresh topic metadata
-:mod:`.diagnostics`       ``kill -USR1``: the consumer's state, logged
-========================  ====================================================
+Each module, its job, and the tests that fail without it:
+
+- :mod:`.app`: the ``faust.App`` seqkeeper runs, with its hooks
+  (``tests/adapter/test_overrides.py``).
+- :mod:`.transport`: the consumer and transport composed of the overrides
+  (``test_overrides.py``: every override is in the app's consumer).
+- :mod:`.options`: consumer options Faust does not expose: fetch wait,
+  static membership, raw records (``test_overrides.py``;
+  ``tests/integration/test_worker.py``, static member).
+- :mod:`.highwater`: exact partition ends for Faust's recovery
+  (``tests/integration/test_worker.py``: a restart on its own state on the
+  embedded broker, which crashes without it).
+- :mod:`.commit`: hooks run before every offset commit
+  (``test_overrides.py``; ``tests/integration/test_crash.py``).
+- :mod:`.getmany`: a fetch that drops no record of the active partitions
+  (``tests/adapter/test_consumer.py``).
+- :mod:`.batches`: batch sources, records handed over as fetched
+  (``tests/integration/test_batch_source.py``, ``test_consumer.py``).
+- :mod:`.records`: aiokafka's fetcher yields record batches' own records
+  (``tests/adapter/test_records.py``).
+- :mod:`.recovery`: recovery resumes the input only once it was sought
+  (``tests/integration/test_worker.py``: rebuilt from the changelog, no
+  input lost).
+- :mod:`.tables`: the table manager's hooks, raw tables, RocksDB access
+  (``test_overrides.py``; ``tests/state/test_rocksdb_store.py``;
+  ``test_worker.py``: a clean restart replays nothing).
+- :mod:`.producer`: ordered records produced as whole record batches
+  (``tests/adapter/test_producer.py``).
+- :mod:`.offsets`: exact end offsets and fresh topic metadata
+  (``tests/integration/test_broker_deviations.py``, ``test_topics.py``).
+- :mod:`.diagnostics`: ``kill -USR1``, the consumer's state logged
+  (``tests/integration/test_worker.py`` reads it).
 """
 
 #: Private members of Faust, mode and aiokafka this package touches (read,
