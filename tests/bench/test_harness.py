@@ -12,6 +12,7 @@ import orjson
 import pytest
 from aiokafka import AIOKafkaProducer
 
+from seqkeeper.adapter.producer import BatchProducer
 from seqkeeper.bench.harness import (
     LATENCY_LINGER_MS,
     Bench,
@@ -23,7 +24,6 @@ from seqkeeper.bench.harness import (
     write,
 )
 from seqkeeper.settings import Settings
-from seqkeeper.state.producer import BatchProducer
 from seqkeeper.topics import create_topics, read_topic
 
 pytestmark = pytest.mark.integration
