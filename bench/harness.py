@@ -359,7 +359,7 @@ class Bench:
                 self.bootstrap,
                 s.ordered.ordered_topic,
                 distinct,
-                lambda: w.proc is not None and w.proc.poll() is None,
+                w.running,
                 self.timeout(distinct),
                 start_on=[f"{s.group_id}-state-changelog", s.ordered.deduped_topic],
             )
@@ -481,7 +481,7 @@ class Bench:
     def depth(self, depth: int) -> Figure:
         """Throughput of the usual workload while one key holds ``depth``
         buffered messages (its seq 1 never comes)."""
-        stuck = [
+        stuck: Records = [
             (b"stuck", orjson.dumps({"messageId": f"stuck:{n}", "seq": n, "type": "t"}))
             for n in range(2, depth + 2)
         ]
@@ -504,7 +504,7 @@ class Bench:
                 self.bootstrap,
                 s.ordered.deduped_topic,
                 len(stuck),
-                lambda: w.proc.poll() is None,
+                w.running,
                 self.timeout(len(stuck)),
             )
             # Timed from the start of the workload's publication, every
@@ -515,7 +515,7 @@ class Bench:
                 self.bootstrap,
                 s.ordered.ordered_topic,
                 self.distinct,
-                lambda: w.proc.poll() is None,
+                w.running,
                 self.timeout(self.distinct),
                 feed=lambda: asyncio.run(
                     publish(self.bootstrap, s.ordered.input_topic, self.records)
@@ -550,7 +550,7 @@ class Bench:
                 self.bootstrap,
                 s.ordered.ordered_topic,
                 n,
-                lambda: w.proc.poll() is None,
+                w.running,
                 self.timeout(n),
             )
             rss = _peak_rss_mb(w.pid)
@@ -568,7 +568,7 @@ class Bench:
                 )
             )
             measure_output(
-                self.bootstrap, s.ordered.ordered_topic, n + 1, lambda: w.proc.poll() is None, 600
+                self.bootstrap, s.ordered.ordered_topic, n + 1, w.running, 600
             )
             took = time.monotonic() - t0
             rss = max(rss, _peak_rss_mb(w.pid))
@@ -706,7 +706,10 @@ def _latency_figure(name: str, measured: list[tuple[float, float]]) -> Figure:
     """p99 of ``measured`` (:meth:`Bench._latency`), with p50, p90, max, the
     CDF and the p99 of each second's sends (a trend shows in it)."""
     lat = sorted(latency for latency, _ in measured)
-    p = lambda q: _ms_at(lat, q)  # noqa: E731
+
+    def p(q: float) -> float:
+        return _ms_at(lat, q)
+
     seconds: dict[int, list[float]] = {}
     for latency, at in measured:
         seconds.setdefault(int(at), []).append(latency)
@@ -800,7 +803,10 @@ def _ratio_of_rounds(
 def run(bench: Bench, only: set[str] | None = None) -> dict[str, Any]:
     """Every figure, with the ratios issue 7 asks for. A section that fails
     is reported as failed (with the error) and the others still run."""
-    want = lambda name: only is None or name in only  # noqa: E731
+
+    def want(name: str) -> bool:
+        return only is None or name in only
+
     figures: list[Figure] = []
     ratios: list[Figure] = []
     failed: list[Figure] = []

@@ -94,11 +94,9 @@ def run_worker(settings: Settings) -> None:
 
     from seqkeeper.runtime.app import build_app
     from seqkeeper.runtime.task import LocalState
+    from seqkeeper.topologies import commands, ordered
 
-    if settings.runtime.topology == "commands":
-        from seqkeeper.topologies.commands import wiring
-    else:
-        from seqkeeper.topologies.ordered import wiring
+    wiring = commands.wiring if settings.runtime.topology == "commands" else ordered.wiring
 
     with broker_for(settings) as settings:
         settings.runtime.data_dir.mkdir(parents=True, exist_ok=True)
@@ -219,6 +217,10 @@ class WorkerProcess:
     @property
     def pid(self) -> int | None:
         return self.proc.pid if self.proc else None
+
+    def running(self) -> bool:
+        """Whether the worker process was started and has not exited."""
+        return self.proc is not None and self.proc.poll() is None
 
     def check_alive(self) -> None:
         if self.proc is not None and self.proc.poll() is not None:

@@ -1,9 +1,11 @@
-"""In-memory index of gap deadlines per partition (a lazy min-heap).
+"""In-memory index of deadlines per partition (a lazy min-heap per
+partition): the ordered topology's gap timeouts, the command topology's
+retries.
 
-Entries may go stale (the key's gap closed or moved); the caller re-reads
-the key's state when an entry comes due and re-arms it if needed. The index
-is rebuilt from the key states whenever partitions are assigned, so
-nothing here needs to be durable.
+Entries may go stale (the key's gap closed or moved, the retry was made);
+the caller re-reads the key's state when an entry comes due and re-arms it
+if needed. The index is rebuilt from the state whenever partitions are
+assigned, so nothing here needs to be durable.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import heapq
 from collections import defaultdict
 
 
-class GapTimers:
+class Deadlines:
     def __init__(self) -> None:
         self._heaps: dict[int, list[tuple[float, str]]] = defaultdict(list)
 
@@ -39,3 +41,7 @@ class GapTimers:
 
     def __len__(self) -> int:
         return sum(len(h) for h in self._heaps.values())
+
+
+#: The ordered topology's name for it: keys with a gap, by when it times out.
+GapTimers = Deadlines

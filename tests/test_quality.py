@@ -1,5 +1,5 @@
 """Lint and types are part of the suite: ruff on everything, mypy (strict) on
-the configured core (``[tool.mypy] files`` in pyproject.toml)."""
+the whole seqkeeper package (``[tool.mypy] files`` in pyproject.toml)."""
 
 import subprocess
 import sys

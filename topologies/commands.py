@@ -15,7 +15,6 @@ cleanup of old receipts run on a timer.
 
 from __future__ import annotations
 
-import heapq
 import logging
 import time
 from collections.abc import Callable, Iterable
@@ -41,6 +40,7 @@ from seqkeeper.processors.envelope import InvalidMessage
 from seqkeeper.runtime.protocol import Batch, InputRecord, OutboxOwner, Positions, Wiring
 from seqkeeper.settings import Settings
 from seqkeeper.state.commands import CommandStore
+from seqkeeper.state.timers import Deadlines
 
 log = logging.getLogger("seqkeeper.commands")
 
@@ -80,7 +80,7 @@ class CommandTopology(OutboxOwner):
         self.retry = RetryPolicy(
             settings.commands.command_attempts, settings.commands.command_retry_delay
         )
-        self.retries: list[tuple[float, int, str]] = []  # (due, partition, messageId)
+        self.retries = Deadlines()  # messageIds by the time their retry is due
         self.owned: set[int] = set()
         self.generation = 0
         self.outbox = Batch()
@@ -139,7 +139,7 @@ class CommandTopology(OutboxOwner):
             self.dispatch(out)
         if d.receipt is not None and d.receipt.status == "PROCESSING":
             assert d.receipt.retry_at is not None
-            heapq.heappush(self.retries, (d.receipt.retry_at, partition, d.receipt.message_id))
+            self.retries.arm(partition, d.receipt.message_id, d.receipt.retry_at)
             self.metrics.retries.inc()
         stored = entity if d.entity is None else d.entity  # as persisted now
         if d.dispatch and stored.outbox:
@@ -150,16 +150,13 @@ class CommandTopology(OutboxOwner):
     def on_tick(self, positions: Positions, now: float) -> None:
         """Retries that are due, and receipts past retention (the input's
         positions do not matter here)."""
-        while self.retries and self.retries[0][0] <= now:
-            _, partition, mid = heapq.heappop(self.retries)
-            if partition not in self.owned:
-                continue
+        for partition, mid in self.due_retries(now):
             receipt = self.store.receipt(partition, mid)
             if receipt is None or receipt.status != "PROCESSING" or receipt.value is None:
                 self.store.drop_retry(partition, mid)
                 continue
             if receipt.retry_at is not None and receipt.retry_at > now:
-                heapq.heappush(self.retries, (receipt.retry_at, partition, mid))
+                self.retries.arm(partition, mid, receipt.retry_at)
                 continue
             command = parse_command(command_key(receipt.value), receipt.value)
             entity = self.store.entity(partition, command.entity)
@@ -181,11 +178,20 @@ class CommandTopology(OutboxOwner):
             if n:
                 self.metrics.receipts_forgotten.inc(n)
 
+    def due_retries(self, now: float) -> list[tuple[int, str]]:
+        """(partition, messageId) of the retries due by ``now`` in owned
+        partitions, taken from the index (re-armed if not due after all)."""
+        return [
+            (partition, mid)
+            for partition in sorted(self.owned)
+            for mid in self.retries.due(partition, now)
+        ]
+
     def on_assigned(self, partitions: set[int]) -> None:
-        """Dispatch again what entities still hold; rebuild the retry heap."""
+        """Dispatch again what entities still hold; rebuild the retry index."""
         self.generation += 1
         self.owned = set(partitions)
-        self.retries = []
+        self.retries = Deadlines()
         again = 0
         for partition in sorted(partitions):
             for mid in list(self.store.waiting_retries(partition)):
@@ -193,7 +199,7 @@ class CommandTopology(OutboxOwner):
                 if receipt is None or receipt.status != "PROCESSING":
                     self.store.drop_retry(partition, mid)
                 else:
-                    heapq.heappush(self.retries, (receipt.retry_at or 0.0, partition, mid))
+                    self.retries.arm(partition, mid, receipt.retry_at or 0.0)
             for entity_id in list(self.store.pending_entities(partition)):
                 entity = self.store.entity(partition, entity_id)
                 if not entity.outbox:

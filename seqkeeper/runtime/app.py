@@ -27,7 +27,7 @@ from seqkeeper.settings import Settings
 from seqkeeper.state.rocksdb import FaustRocksStore
 
 
-def make_app(settings: Settings, app_id: str | None = None) -> faust.App:
+def make_app(settings: Settings, app_id: str | None = None) -> App:
     """The Faust app for ``settings`` (RocksDB tables, the adapter's
     transport and recovery)."""
     if not settings.broker.bootstrap:
@@ -87,7 +87,7 @@ def install_metrics(app: Any, registry: CollectorRegistry | None) -> None:
         )
 
 
-def build_app(settings: Settings, wiring: Wiring) -> tuple[faust.App, Task]:
+def build_app(settings: Settings, wiring: Wiring) -> tuple[App, Task]:
     """The Faust app running ``wiring``'s topology, and its task."""
     app: Any = make_app(settings)
     partitions = settings.broker.partitions
