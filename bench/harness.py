@@ -1,4 +1,4 @@
-"""The benchmark harness: every figure of issue 7 measured in one run, on one
+"""The benchmark harness: every figure of ``seqkeeper bench`` measured in one run, on one
 broker, with the same input, and printed as one table of ratios and
 absolute figures; JSON and PNG plots under ``bench/results/``.
 
@@ -50,10 +50,9 @@ class Sizes:
     state_keys: int = 1_000_000
     spark_records: int = 1_000_000
     #: Length of each latency measurement. The embedded broker slows down as
-    #: a partition's record batches pile up (its one-hop p99 at a constant
-    #: 10,000 msg/s: 10 ms in the first seconds, 100 ms after 20 s, 600 ms
-    #: after 40 s; bench/NOTES.md), so a longer run measures the broker more
-    #: than the pipeline; each figure keeps its p99 per second.
+    #: a partition's record batches pile up (bench/NOTES.md), so a longer run
+    #: measures the broker more than the pipeline; each figure keeps its p99
+    #: per second.
     latency_seconds: float = 8.0
     #: Rounds of limit and seqkeeper, alternating (the ratio to the limit is
     #: the median of the rounds' ratios; the peer runs in the first round,
@@ -76,7 +75,7 @@ SMOKE = Sizes(
 
 @dataclass
 class Figure:
-    """One measured figure (``target``: what issue 7 asks, in words)."""
+    """One measured figure (``target``: its target, in words)."""
 
     name: str
     value: float
@@ -141,10 +140,9 @@ async def _count(bootstrap: str, topic: str) -> int:
 
 
 #: Producer linger of the latency measurement's input (Kafka's default
-#: ``linger.ms`` since 4.0, and librdkafka's). With 1 ms, one hop of the
-#: embedded broker alone (producer to consumer, nothing between) measured p99
-#: 168 ms at 7,000 msg/s, against 31 ms with 5 ms: its fetch lags behind
-#: a stream of tiny batches. The linger counts in the latency measured.
+#: ``linger.ms`` since 4.0, and librdkafka's): the embedded broker's fetch
+#: lags behind a stream of tiny batches, so a shorter linger would measure
+#: that lag. The linger counts in the latency measured.
 LATENCY_LINGER_MS = 5
 
 #: The issue's lines that the table judges and the plots draw: seqkeeper's
@@ -509,8 +507,8 @@ class Bench:
             )
             # Timed from the start of the workload's publication, every
             # ordered output counted: the worker runs while it is published
-            # (it holds the stuck key's messages). Timed from after the
-            # publication, the worker had done ~40 % of the work unclocked.
+            # (it holds the stuck key's messages); timed from after the
+            # publication, much of the work would go unclocked.
             rate, counted = measure_output(
                 self.bootstrap,
                 s.ordered.ordered_topic,
@@ -801,7 +799,7 @@ def _ratio_of_rounds(
 
 
 def run(bench: Bench, only: set[str] | None = None) -> dict[str, Any]:
-    """Every figure, with the ratios issue 7 asks for. A section that fails
+    """Every figure, with its ratio to its baseline. A section that fails
     is reported as failed (with the error) and the others still run."""
 
     def want(name: str) -> bool:
@@ -863,7 +861,7 @@ def run(bench: Bench, only: set[str] | None = None) -> dict[str, Any]:
         )
         if want("latency"):
             # alternating rounds, as for throughput: one measurement's p99
-            # moved from 59 to 154 ms between runs of the same code
+            # varies widely between runs of the same code
             rate = max(10.0, ours.value / 2)
             lats: list[Figure] = []
             floors: list[Figure] = []
