@@ -74,7 +74,10 @@ class TaskState(enum.Enum):
 
 #: The transitions a task may make.
 TRANSITIONS: dict[TaskState, frozenset[TaskState]] = {
-    TaskState.CREATED: frozenset({TaskState.RESTORING, TaskState.SUSPENDED, TaskState.CLOSED}),
+    # (CREATED -> RUNNING: a first restore Faust announced to no hook)
+    TaskState.CREATED: frozenset(
+        {TaskState.RESTORING, TaskState.RUNNING, TaskState.SUSPENDED, TaskState.CLOSED}
+    ),
     TaskState.RESTORING: frozenset(
         {TaskState.RESTORING, TaskState.RUNNING, TaskState.SUSPENDED, TaskState.CLOSED}
     ),
@@ -145,9 +148,9 @@ class Task:
         """A rebalance reached the state, before any partition's RocksDB is
         closed or restored: write what waits in memory to the local state
         (it may be closed next), and tell the topology."""
+        self.store.sync()
         if self.state in (TaskState.SUSPENDED, TaskState.CLOSED):
             return
-        self.store.sync()
         self.topology.on_revoked()
         self._to(TaskState.RESTORING)
 
