@@ -1,6 +1,10 @@
 """seqkeeper: ordered, deduplicated, trustworthy topics from unreliable streams.
 
-The one import name of the project. Its parts, from the bottom up:
+The one import name of the project. Users' command handlers import
+:class:`Registry`, :class:`Command`, :class:`Event` and :class:`DomainError`
+from here, and the worker loads them by name (``--handlers mypkg.mod:registry``).
+
+Its parts, from the bottom up:
 
 - :mod:`seqkeeper.processors`: the patterns, pure state machines (no Kafka,
   no Faust, no clock);
@@ -15,4 +19,9 @@ The one import name of the project. Its parts, from the bottom up:
   :mod:`seqkeeper.bench` is ``seqkeeper bench``.
 """
 
+from seqkeeper.processors.command import Command, DomainError, Event, Registry
+
 __version__ = "0.1.0"
+
+#: The public API: what a user's command handlers import.
+__all__ = ["Command", "DomainError", "Event", "Registry", "__version__"]

@@ -123,28 +123,34 @@ def worker(
     session_timeout: Annotated[Optional[float], flag("session_timeout", min=0)] = None,
     log_level: Annotated[Optional[str], flag("log_level")] = None,
     topology: Annotated[Optional[str], flag("topology")] = None,
+    handlers: Annotated[Optional[str], flag("handlers")] = None,
     broker_wait: Annotated[Optional[float], flag("broker_wait", min=0)] = None,
 ) -> None:
     """Run the long-running worker (Ctrl-C or SIGTERM stops it gracefully)."""
+    from seqkeeper.plugins import PluginError
     from seqkeeper.worker import run_worker
 
-    run_worker(
-        settings_of(
-            bootstrap=broker,
-            data_dir=data_dir,
-            web_port=web_port,
-            app_id=app_id,
-            partitions=partitions,
-            input_topic=input_topic,
-            ordered_topic=ordered_topic,
-            deduped_topic=deduped_topic,
-            dlq_topic=dlq_topic,
-            log_level=log_level,
-            session_timeout=session_timeout,
-            topology=topology,
-            broker_wait=broker_wait,
-        )
+    settings = settings_of(
+        bootstrap=broker,
+        data_dir=data_dir,
+        web_port=web_port,
+        app_id=app_id,
+        partitions=partitions,
+        input_topic=input_topic,
+        ordered_topic=ordered_topic,
+        deduped_topic=deduped_topic,
+        dlq_topic=dlq_topic,
+        log_level=log_level,
+        session_timeout=session_timeout,
+        topology=topology,
+        handlers=handlers,
+        broker_wait=broker_wait,
     )
+    try:
+        run_worker(settings)
+    except PluginError as e:  # the user's code cannot be loaded: one line
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(2) from None
 
 
 @app.command()

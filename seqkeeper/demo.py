@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from seqkeeper.settings import Settings
+from seqkeeper.settings import EXAMPLE_HANDLERS, Settings
 from seqkeeper.topics import Record, TopicCache, UnknownTopic, create_topics
 from seqkeeper.verification.poll import poll, records_in
 from seqkeeper.verification.verify import Report, verify
@@ -272,7 +272,8 @@ def run_command_demo(settings: Settings, commands: int, seed: int, quiet: bool =
 
     console = Console(quiet=quiet)
     started = time.monotonic()
-    settings = settings.with_overrides(topology="commands")
+    # the storm and its checks are the example domain's
+    settings = settings.with_overrides(topology="commands", handlers=EXAMPLE_HANDLERS)
     replies = f"{settings.commands.command_topic}.replies"
     work = storm(commands=commands, reply_to=replies, seed=seed)
     with demo_worker(settings, [replies]) as (settings, worker, log_path):

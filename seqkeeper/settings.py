@@ -27,6 +27,8 @@ T = TypeVar("T")
 
 #: What ``Settings.topics`` and friends accept as a topology.
 TOPOLOGIES = ("ordered", "commands")
+#: The example domain's command handlers (inventory per SKU).
+EXAMPLE_HANDLERS = "seqkeeper.processors.inventory:registry"
 
 
 class SettingError(ValueError):
@@ -462,6 +464,13 @@ class OrderedSettings:
 class CommandSettings:
     """The commands topology: command handler and outbox."""
 
+    handlers: str = var(
+        "SEQKEEPER_HANDLERS",
+        "",
+        "The command handlers, module:attribute naming a seqkeeper.Registry (the current "
+        "directory is importable). The commands topology needs it; the example domain is "
+        "seqkeeper.processors.inventory:registry.",
+    )
     command_topic: str = var("SEQKEEPER_COMMAND_TOPIC", "commands.in", "Command topic.")
     events_topic: str = var(
         "SEQKEEPER_EVENTS_TOPIC", "commands.events", "Domain events emitted by command handlers."
@@ -619,13 +628,10 @@ def effective(environ: Mapping[str, str] | None = None) -> Iterator[tuple[Var, s
 
 
 def markdown_table() -> str:
-    """The README's configuration table: a section per group."""
-    lines: list[str] = []
+    """The README's configuration table: a row per group, then its variables."""
+    lines = ["| Variable | Default | Meaning |", "| --- | --- | --- |"]
     for group, cls in GROUPS.items():
-        if lines:
-            lines.append("")
-        lines += [f"**{group}**: {(cls.__doc__ or '').strip()}", ""]
-        lines += ["| Variable | Default | Meaning |", "| --- | --- | --- |"]
+        lines.append(f"| **{group}** | | *{(cls.__doc__ or '').strip()}* |")
         for v in VARS.values():
             if v.group != group:
                 continue

@@ -23,7 +23,9 @@ from seqkeeper.broker import (
     free_port,
     port_is_free,
 )
-from seqkeeper.settings import Settings
+from seqkeeper.plugins import PluginError, load_registry
+from seqkeeper.processors.command import Registry
+from seqkeeper.settings import EXAMPLE_HANDLERS, Settings
 from seqkeeper.topics import create_topics
 from seqkeeper.wait import BrokerUnreachable, broker_answers, wait_for_broker
 
@@ -96,7 +98,13 @@ def run_worker(settings: Settings) -> None:
     from seqkeeper.runtime.task import LocalState
     from seqkeeper.topologies import commands, ordered
 
-    wiring = commands.wiring if settings.runtime.topology == "commands" else ordered.wiring
+    if settings.runtime.topology == "commands":
+        registry = handlers_of(settings)  # before any broker: a bad name fails fast
+
+        def wiring(settings: Settings) -> Any:
+            return commands.wiring(settings, registry)
+    else:
+        wiring = ordered.wiring
 
     with broker_for(settings) as settings:
         settings.runtime.data_dir.mkdir(parents=True, exist_ok=True)
@@ -120,6 +128,18 @@ def run_worker(settings: Settings) -> None:
                 raise
         task.close()
         local.close_cleanly()
+
+
+def handlers_of(settings: Settings) -> Registry:
+    """The command handlers ``settings`` name (:mod:`seqkeeper.plugins`);
+    a :class:`~seqkeeper.plugins.PluginError` saying what is wrong."""
+    spec = settings.commands.handlers
+    if not spec:
+        raise PluginError(
+            "the commands topology needs handlers: set SEQKEEPER_HANDLERS (or --handlers) "
+            f"to module:registry, e.g. {EXAMPLE_HANDLERS}"
+        )
+    return load_registry(spec)
 
 
 def await_broker_and_topics(settings: Settings) -> None:
@@ -187,13 +207,25 @@ class WorkerDied(RuntimeError):
 class WorkerProcess:
     """``seqkeeper worker`` as a child process (demo, tests, chaos runs)."""
 
-    def __init__(self, settings: Settings, log_path: Path, log_level: str = "info") -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        log_path: Path,
+        log_level: str = "info",
+        cwd: Path | None = None,
+    ) -> None:
         self.settings = settings
         self.log_path = log_path
         self.log_level = log_level
+        #: run in this directory, as the installed ``seqkeeper`` command (a
+        #: user's project); None: ``python -m seqkeeper`` here
+        self.cwd = cwd
         self.proc: subprocess.Popen[bytes] | None = None
 
     def command(self) -> list[str]:
+        if self.cwd is not None:
+            script = str(Path(sys.executable).parent / "seqkeeper")
+            return [script, "worker", "--log-level", self.log_level]
         return [sys.executable, "-m", "seqkeeper", "worker", "--log-level", self.log_level]
 
     def environment(self) -> dict[str, str]:
@@ -209,6 +241,7 @@ class WorkerProcess:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 preexec_fn=die_with_parent,
+                cwd=self.cwd,
             )
         finally:
             log.close()

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from seqkeeper.broker import EmbeddedBroker, KafkaBroker, LocalBroker, kafka_home_from_env
-from seqkeeper.settings import Settings
+from seqkeeper.settings import EXAMPLE_HANDLERS, Settings
 
 
 @dataclass(frozen=True)
@@ -75,6 +75,7 @@ def make_settings(broker: Broker, names: dict[str, str], tmp_path: Path) -> Call
             partitions=2,
             session_timeout=6.0,  # the embedded broker joins a group in half of it
             gap_timeout=120.0,
+            handlers=EXAMPLE_HANDLERS,  # (read by the commands topology only)
             **names,
         )
         return base.with_overrides(**overrides)

@@ -44,7 +44,7 @@ from rich.table import Table
 from seqkeeper.broker import LocalBroker
 from seqkeeper.demo import publish, verify_topics
 from seqkeeper.processors.dead_letter import REASON
-from seqkeeper.settings import Settings
+from seqkeeper.settings import EXAMPLE_HANDLERS, Settings
 from seqkeeper.topics import Record, TopicCache, create_topics, end_offsets_of, read_topic
 from seqkeeper.verification.corpus import DROPPED, EMITTED, Case, command_cases, ordered_cases
 from seqkeeper.verification.poll import poll, records_in
@@ -520,7 +520,7 @@ class Chaos:
             w.stop()
         out.faults += len(cases)
         out.messages = len(records) + len(work.records)
-        cmd = self.settings("corpus-commands", topology="commands")
+        cmd = self.settings("corpus-commands", topology="commands", handlers=EXAMPLE_HANDLERS)
         replies = f"{cmd.commands.command_topic}.replies"
         asyncio.run(
             create_topics(cmd.broker.bootstrap, [*cmd.topics(), replies], cmd.broker.partitions)
@@ -565,7 +565,7 @@ class Chaos:
         from seqkeeper.verification.commands import storm, wait_until_commands_verified
 
         sc = self.scale
-        s = self.settings("commands", topology="commands")
+        s = self.settings("commands", topology="commands", handlers=EXAMPLE_HANDLERS)
         replies = f"{s.commands.command_topic}.replies"
         asyncio.run(create_topics(s.broker.bootstrap, [*s.topics(), replies], s.broker.partitions))
         work = storm(commands=sc.commands, reply_to=replies, seed=self.seed)

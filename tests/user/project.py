@@ -1,0 +1,44 @@
+"""A user's project outside the seqkeeper package, written into a temporary
+directory: its own command handlers, imported by the worker by name."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+#: A ledger: deposits and withdrawals per account, never below zero.
+HANDLERS = """
+from seqkeeper import Command, DomainError, Event, Registry
+
+registry = Registry()
+
+
+def _amount(command: Command) -> int:
+    amount = command.payload.get("amount") if isinstance(command.payload, dict) else None
+    if not isinstance(amount, int) or isinstance(amount, bool) or amount <= 0:
+        raise DomainError(f"amount must be a positive integer, got {amount!r}")
+    return amount
+
+
+@registry.register("Deposit")
+def deposit(state, command):
+    balance = (state or {"balance": 0})["balance"] + _amount(command)
+    return {"balance": balance}, [Event("Deposited", {"balance": balance})]
+
+
+@registry.register("Withdraw")
+def withdraw(state, command):
+    balance = (state or {"balance": 0})["balance"]
+    amount = _amount(command)
+    if amount > balance:
+        raise DomainError("insufficient funds", {"balance": balance})
+    return {"balance": balance - amount}, [Event("Withdrawn", {"balance": balance - amount})]
+"""
+
+
+def write_project(root: Path) -> Path:
+    """``root/ledger/handlers.py`` (with ``registry``); returns ``root``."""
+    package = root / "ledger"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "handlers.py").write_text(HANDLERS)
+    return root
