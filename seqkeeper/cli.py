@@ -592,6 +592,82 @@ def store_version(
 
 
 @app.command()
+def send(
+    command_type: Annotated[str, typer.Option("--type", help="The command's commandType.")],
+    key: Annotated[str, typer.Option(help="The entity: partitionKey and Kafka key.")],
+    payload: Annotated[str, typer.Option(help="The command's payload, as JSON.")] = "{}",
+    tenant: Annotated[str, typer.Option(help="The command's tenantId.")] = "default",
+    wait: Annotated[
+        float,
+        typer.Option(min=0, help="Seconds to wait for the reply; 0: send, ask for none."),
+    ] = 30.0,
+    broker: BrokerOpt = None,
+    command_topic: Annotated[Optional[str], flag("command_topic")] = None,
+    reply_topic: Annotated[
+        str, typer.Option(help="Where the reply is sent (created when missing).")
+    ] = "seqkeeper-send.replies",
+    schema_version: Annotated[int, typer.Option(min=1, help="The schemaVersion.")] = 1,
+    expected_version: Annotated[
+        Optional[int], typer.Option(help="Apply only at this entity version.")
+    ] = None,
+) -> None:
+    """Send a command to the command worker and print its reply as JSON:
+    exit 0 on a success reply, 1 on a failure reply, 3 when none came in
+    time (2: a usage error)."""
+    import asyncio
+    import json
+
+    from seqkeeper.client import CommandClient, ReplyTimeout
+
+    try:
+        body = json.loads(payload)
+    except ValueError as e:
+        raise typer.BadParameter(f"not JSON: {e}", param_hint="--payload") from None
+    settings = settings_of(bootstrap=broker, command_topic=command_topic)
+    if not settings.broker.bootstrap:
+        typer.echo("error: no broker: give --broker or set KAFKA_BOOTSTRAP_SERVERS", err=True)
+        raise typer.Exit(2)
+    options: dict[str, Any] = {"tenant": tenant, "schema_version": schema_version}
+    if expected_version is not None:
+        options["expected_version"] = expected_version
+
+    async def run() -> int:
+        client = CommandClient(
+            settings.broker.bootstrap,
+            command_topic=settings.commands.command_topic,
+            client_id="seqkeeper-send",
+            reply_topic=reply_topic,
+        )
+        try:
+            await asyncio.wait_for(client.start(), 30)
+        except (TimeoutError, OSError, KafkaError) as e:
+            typer.echo(
+                f"error: the broker at {settings.broker.bootstrap} does not answer ({e!r})",
+                err=True,
+            )
+            await client.stop()
+            return 1
+        try:
+            if not wait:
+                message_id = await client.send(command_type, key, body, **options)
+                typer.echo(json.dumps({"messageId": message_id}))
+                return 0
+            try:
+                reply = await client.request(command_type, key, body, timeout=wait, **options)
+            except ReplyTimeout as e:
+                typer.echo(f"error: {e}", err=True)
+                return 3
+            typer.echo(json.dumps(reply.to_json()))
+            return 0 if reply.success else 1
+        finally:
+            await client.stop()
+
+    from aiokafka.errors import KafkaError
+
+    raise typer.Exit(asyncio.run(run()))
+
+
+@app.command()
 def inspect(
     broker: Annotated[
         str, typer.Option("--broker", "-b", help="Kafka bootstrap servers of the worker.")
