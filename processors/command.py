@@ -17,11 +17,16 @@ Records (the shell stores them; time is an argument, never read here):
 
 Rules:
 
-* A command's effect is decided at most once per messageId: a copy that
-  arrives while its messages are still in the outbox dispatches them again
-  (same messageIds: ``<commandId>:<n>`` and ``<commandId>:reply``); a copy
-  after they were dispatched is dropped, and its stored reply is sent again
-  when the copy asks for one (``replyTo``).
+* Tenants are apart: a command's tenant is its ``tenantId`` (which the
+  record's ``tenant`` header, when a gateway sets one, must equal). Its
+  entity is the partitionKey within the tenant (:func:`entity_key`), its
+  receipt the messageId within the tenant (:func:`receipt_id`): the same
+  messageId from two tenants is two commands, each decided on its own.
+* A command's effect is decided at most once per tenant and messageId: a
+  copy that arrives while its messages are still in the outbox dispatches
+  them again (same messageIds: ``<commandId>:<n>`` and
+  ``<commandId>:reply``); a copy after they were dispatched is dropped, and
+  its stored reply is sent again when the copy asks for one (``replyTo``).
 * Unknown ``commandType`` or unsupported ``schemaVersion``: FAILED and
   dead-lettered with the reason (checked first: a contract error).
 * ``expiresAt`` passed: not executed, EXPIRED, reply "expired".
@@ -32,9 +37,11 @@ Rules:
   exponential backoff (:class:`RetryPolicy`), then FAILED and dead-lettered.
 
 Invariants (``tests/processors/test_command.py``): however often and in
-whatever interleaving commands are delivered, each messageId's handler
-result is applied at most once, entity versions count applied commands,
-and every dispatch of a command carries the same messageIds and bytes.
+whatever interleaving commands of several tenants are delivered, each
+(tenant, messageId)'s handler result is applied at most once and never
+hides another tenant's command of the same messageId, entity versions count
+applied commands, and every dispatch of a command carries the same
+messageIds and bytes.
 """
 
 from __future__ import annotations
@@ -99,9 +106,36 @@ class Command:
         """The entity this command addresses: tenant and aggregate id."""
         return entity_key(self.tenant_id, self.partition_key)
 
+    @property
+    def receipt_id(self) -> str:
+        """What this command's receipt is kept under: tenant and messageId."""
+        return receipt_id(self.tenant_id, self.message_id)
+
+
+def scoped(tenant_id: str, name: str) -> str:
+    """``name`` within ``tenant_id``: ``<len(tenant)>:<tenant>/<name>`` (the
+    length makes the split unambiguous whatever either contains)."""
+    return f"{len(tenant_id)}:{tenant_id}/{name}"
+
+
+def unscoped(text: str) -> tuple[str, str]:
+    """The tenant and the name of a :func:`scoped` text; ``ValueError`` if
+    ``text`` is not one."""
+    length, _, rest = text.partition(":")
+    if length.isascii() and length.isdigit():
+        n = int(length)
+        tenant, name = rest[:n], rest[n + 1 :]
+        if scoped(tenant, name) == text:
+            return tenant, name
+    raise ValueError(f"not a tenant-scoped name: {text!r}")
+
 
 def entity_key(tenant_id: str, partition_key: str) -> str:
-    return f"{len(tenant_id)}:{tenant_id}/{partition_key}"
+    return scoped(tenant_id, partition_key)
+
+
+def receipt_id(tenant_id: str, message_id: str) -> str:
+    return scoped(tenant_id, message_id)
 
 
 def parse_command(key: bytes | None, value: bytes | None, tenant: bytes | None = None) -> Command:
@@ -265,6 +299,16 @@ class Receipt:
     #: is pending.
     value: bytes | None = None
     origin: Origin | None = None
+
+    @property
+    def tenant(self) -> str:
+        """The command's tenant (its entity key names it)."""
+        return unscoped(self.entity)[0]
+
+    @property
+    def receipt_id(self) -> str:
+        """What the receipt is kept under (:attr:`Command.receipt_id`)."""
+        return scoped(self.tenant, self.message_id)
 
 
 Handler = Callable[[Any, Command], tuple[Any, list[Event]]]

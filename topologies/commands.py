@@ -11,6 +11,11 @@ entity, keeps the receipt). On every assignment the worker dispatches again
 whatever an entity still holds (a crash between persist and dispatch, or
 between dispatch and mark). Retries of transient handler failures and the
 cleanup of old receipts run on a timer.
+
+Entities and receipts are kept per tenant (the command's ``tenantId``, which
+a ``tenant`` header must equal): another tenant's command with the same
+messageId is a command of its own, never a duplicate. Receipts, retries and
+ages are addressed by receipt id (:func:`processors.command.receipt_id`).
 """
 
 from __future__ import annotations
@@ -34,6 +39,8 @@ from seqkeeper.processors.command import (
     decide,
     mark_dispatched,
     parse_command,
+    receipt_id,
+    unscoped,
 )
 from seqkeeper.processors.dead_letter import dead_letter_headers
 from seqkeeper.processors.envelope import InvalidMessage
@@ -80,7 +87,7 @@ class CommandTopology(OutboxOwner):
         self.retry = RetryPolicy(
             settings.commands.command_attempts, settings.commands.command_retry_delay
         )
-        self.retries = Deadlines()  # messageIds by the time their retry is due
+        self.retries = Deadlines()  # receipt ids by the time their retry is due
         self.owned: set[int] = set()
         self.generation = 0
         self.outbox = Batch()
@@ -115,7 +122,7 @@ class CommandTopology(OutboxOwner):
             self.dead_letter(key, value, exc.reason, exc.detail, partition, offset, timestamp)
             return
         entity = self.store.entity(partition, command.entity)
-        receipt = self.store.receipt(partition, command.message_id)
+        receipt = self.store.receipt(partition, command.receipt_id)
         millis = None if timestamp is None else int(timestamp * 1000)
         origin = (self.settings.commands.command_topic, partition, offset, millis)
         decision = decide(self.registry, entity, receipt, command, now, self.retry, origin=origin)
@@ -139,7 +146,7 @@ class CommandTopology(OutboxOwner):
             self.dispatch(out)
         if d.receipt is not None and d.receipt.status == "PROCESSING":
             assert d.receipt.retry_at is not None
-            self.retries.arm(partition, d.receipt.message_id, d.receipt.retry_at)
+            self.retries.arm(partition, d.receipt.receipt_id, d.receipt.retry_at)
             self.metrics.retries.inc()
         stored = entity if d.entity is None else d.entity  # as persisted now
         if d.dispatch and stored.outbox:
@@ -150,13 +157,13 @@ class CommandTopology(OutboxOwner):
     def on_tick(self, positions: Positions, now: float) -> None:
         """Retries that are due, and receipts past retention (the input's
         positions do not matter here)."""
-        for partition, mid in self.due_retries(now):
-            receipt = self.store.receipt(partition, mid)
+        for partition, rid in self.due_retries(now):
+            receipt = self.store.receipt(partition, rid)
             if receipt is None or receipt.status != "PROCESSING" or receipt.value is None:
-                self.store.drop_retry(partition, mid)
+                self.store.drop_retry(partition, rid)
                 continue
             if receipt.retry_at is not None and receipt.retry_at > now:
-                self.retries.arm(partition, mid, receipt.retry_at)
+                self.retries.arm(partition, rid, receipt.retry_at)
                 continue
             command = parse_command(command_key(receipt.value), receipt.value)
             entity = self.store.entity(partition, command.entity)
@@ -179,12 +186,12 @@ class CommandTopology(OutboxOwner):
                 self.metrics.receipts_forgotten.inc(n)
 
     def due_retries(self, now: float) -> list[tuple[int, str]]:
-        """(partition, messageId) of the retries due by ``now`` in owned
+        """(partition, receipt id) of the retries due by ``now`` in owned
         partitions, taken from the index (re-armed if not due after all)."""
         return [
-            (partition, mid)
+            (partition, rid)
             for partition in sorted(self.owned)
-            for mid in self.retries.due(partition, now)
+            for rid in self.retries.due(partition, now)
         ]
 
     def on_assigned(self, partitions: set[int]) -> None:
@@ -192,14 +199,15 @@ class CommandTopology(OutboxOwner):
         self.generation += 1
         self.owned = set(partitions)
         self.retries = Deadlines()
+        self.store.assigned(partitions)
         again = 0
         for partition in sorted(partitions):
-            for mid in list(self.store.waiting_retries(partition)):
-                receipt = self.store.receipt(partition, mid)
+            for rid in self.store.waiting_retries(partition):
+                receipt = self.store.receipt(partition, rid)
                 if receipt is None or receipt.status != "PROCESSING":
-                    self.store.drop_retry(partition, mid)
+                    self.store.drop_retry(partition, rid)
                 else:
-                    self.retries.arm(partition, mid, receipt.retry_at or 0.0)
+                    self.retries.arm(partition, rid, receipt.retry_at or 0.0)
             for entity_id in list(self.store.pending_entities(partition)):
                 entity = self.store.entity(partition, entity_id)
                 if not entity.outbox:
@@ -234,11 +242,12 @@ class CommandTopology(OutboxOwner):
             if partition not in self.owned:
                 continue
             entity = self.store.entity(partition, entity_id)
+            tenant = unscoped(entity_id)[0]
             for cid in command_ids:
                 if entity.pending(cid) is None:
                     continue
                 entity, receipt = mark_dispatched(
-                    entity, self.store.receipt(partition, cid), cid, now
+                    entity, self.store.receipt(partition, receipt_id(tenant, cid)), cid, now
                 )
                 self.store.dispatched(partition, entity_id, entity, receipt)
 

@@ -5,8 +5,10 @@ applied once, stock equal to the reference and never negative."""
 from __future__ import annotations
 
 import asyncio
+import struct
 import time
 
+import orjson
 import pytest
 from typer.testing import CliRunner
 
@@ -84,3 +86,105 @@ def test_duplicate_storm_with_a_crash(make_settings, names, tmp_path) -> None:
         }
     finally:
         assert second.stop() == 0
+
+
+def test_tenants_and_receipts_of_the_old_layout(make_settings, names, tmp_path) -> None:
+    """On a real broker: t1's receipt of m1 is in the changelog under its old
+    key (the layout without tenants). t1's copy of
+    m1 is dropped (its stored reply sent again) and moves the receipt under
+    its receipt id; t2's m1, which that receipt used to hide, is applied; a
+    copy of t2's is dropped; inspect finds both."""
+    from aiokafka import AIOKafkaProducer
+
+    from seqkeeper.inspect import changelog_topic
+    from seqkeeper.processors.command import Entity, Outgoing, Receipt
+    from seqkeeper.state import commands as cmd
+    from seqkeeper.topics import read_topic
+
+    tag = names["app_id"]
+    settings = make_settings(
+        topology="commands",
+        partitions=1,
+        command_topic=f"cmd-{tag}",
+        events_topic=f"ev-{tag}",
+        command_dlq_topic=f"cdlq-{tag}",
+    )
+    bootstrap, replies = settings.broker.bootstrap, f"replies-{tag}"
+    changelog = changelog_topic(settings)
+    asyncio.run(create_topics(bootstrap, [*settings.topics(), replies, changelog], 1))
+    stored = Outgoing(replies, "sku-1", "m1:reply", b'{"messageId":"m1:reply","stored":true}')
+    at = time.time()  # within the retention: the worker's timer keeps it
+    receipt = Receipt(
+        "m1", "COMPLETED", "2:t1/sku-1", "AddStock", "corr", at - 1, at, 1, None, stored, True
+    )
+    entity = Entity(1, {"available": 3, "reserved": {}})
+    old_layout = [
+        (b"e2:t1/sku-1", cmd.encode_entity(entity)),
+        (b"rm1", cmd.encode_receipt(receipt)),
+        (b"ccorr\x00m1", b""),
+        (b"t" + struct.pack(">d", at) + b"m1", b""),
+    ]
+
+    def command(tenant: str, quantity: int) -> bytes:
+        return orjson.dumps(
+            {
+                "messageId": "m1",
+                "commandType": "AddStock",
+                "schemaVersion": 1,
+                "correlationId": "corr",
+                "partitionKey": "sku-1",
+                "tenantId": tenant,
+                "replyTo": replies,
+                "payload": {"quantity": quantity},
+            }
+        )
+
+    async def produce() -> None:
+        producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all")
+        await producer.start()
+        try:
+            for key, value in old_layout:
+                await producer.send_and_wait(changelog, value, key=key, partition=0)
+            for tenant, quantity in (("t1", 3), ("t2", 5), ("t2", 5)):
+                await producer.send_and_wait(
+                    settings.commands.command_topic,
+                    command(tenant, quantity),
+                    key=b"sku-1",
+                    headers=[("tenant", tenant.encode())],
+                )
+        finally:
+            await producer.stop()
+
+    asyncio.run(produce())
+    worker = WorkerProcess(settings, tmp_path / "worker.log").start()
+    try:
+        deadline = time.monotonic() + 150
+        while len(got := asyncio.run(read_topic(bootstrap, replies))) < 3:
+            worker.check_alive()
+            assert time.monotonic() < deadline, worker.log()[-3000:]
+            time.sleep(0.5)
+        time.sleep(1.0)  # a fourth reply would be a bug: give one time to show
+        got = asyncio.run(read_topic(bootstrap, replies))
+        events = asyncio.run(read_topic(bootstrap, settings.commands.events_topic))
+    finally:
+        assert worker.stop() == 0
+    bodies = [orjson.loads(r.value) for r in got]
+    assert got[0].value == stored.value  # t1's copy: its stored reply again
+    assert [b["data"]["available"] for b in bodies[1:]] == [5, 5]  # t2's, then its copy's
+    assert got[1].value == got[2].value
+    (event,) = {r.value for r in events}  # t2's (a copy before the confirm: again, identical)
+    assert orjson.loads(event)["tenantId"] == "t2"
+    table = asyncio.run(load(settings))
+    assert b"rm1" not in table and b"ccorr\x00m1" not in table  # moved
+    assert {b"R2:t1/m1", b"R2:t2/m1", b"C2:t1/corr\x00m1", b"C2:t2/corr\x00m1"} <= set(table)
+    found = lookup(table, message_id="m1")
+    assert [(c["entity"]["id"], c["entity"]["state"]["available"]) for c in found] == [
+        ("2:t1/sku-1", 3),
+        ("2:t2/sku-1", 5),
+    ]
+    assert [c["command"]["message_id"] for c in lookup(table, correlation_id="corr")] == ["m1"] * 2
+    shown = CliRunner().invoke(
+        app, ["inspect", "-b", bootstrap, "--app-id", tag, "--message-id", "m1"]
+    )
+    assert shown.exit_code == 0, shown.output
+    assert shown.output.count('"message_id": "m1"') == 2

@@ -22,8 +22,12 @@ from seqkeeper.processors.command import (
     Registry,
     RetryPolicy,
     decide,
+    entity_key,
     mark_dispatched,
     parse_command,
+    receipt_id,
+    scoped,
+    unscoped,
 )
 from seqkeeper.processors.envelope import InvalidMessage
 
@@ -48,7 +52,9 @@ def command(mid: str, ctype: str, sku: str, payload: Any, **extra: Any) -> Comma
 
 
 class Shell:
-    """Applies decisions like the worker does, in memory."""
+    """Applies decisions like the worker does, in memory: entities by entity
+    key, receipts by receipt id, dispatched messages by their messageId
+    within the command's tenant."""
 
     def __init__(self, registry: Registry = inventory.registry) -> None:
         self.registry = registry
@@ -62,7 +68,7 @@ class Shell:
         d = decide(
             self.registry,
             self.entities[cmd.entity],
-            self.receipts.get(cmd.message_id),
+            self.receipts.get(cmd.receipt_id),
             cmd,
             now,
             RetryPolicy(attempts=3),
@@ -71,21 +77,29 @@ class Shell:
         if d.entity is not None:
             self.entities[cmd.entity] = d.entity
         if d.receipt is not None:
-            self.receipts[cmd.message_id] = d.receipt
+            self.receipts[cmd.receipt_id] = d.receipt
         for out in d.dispatch:
-            self.dispatched[out.message_id].append(out.value)
+            self.dispatched[scoped(cmd.tenant_id, out.message_id)].append(out.value)
         if d.dead_letter:
             self.dead.append(d.dead_letter)
         if d.applied:
-            self.applied.append(cmd.message_id)
+            self.applied.append(cmd.receipt_id)
+
+    def receipt(self, mid: str, tenant: str = "t1") -> Receipt:
+        return self.receipts[receipt_id(tenant, mid)]
+
+    def sent(self, mid: str, tenant: str = "t1") -> list[bytes]:
+        return self.dispatched[scoped(tenant, mid)]
 
     def confirm_all(self, now: float) -> None:
         for key, entity in list(self.entities.items()):
+            tenant = unscoped(key)[0]
             for cid, _ in entity.outbox:
-                e, r = mark_dispatched(self.entities[key], self.receipts.get(cid), cid, now)
+                rid = receipt_id(tenant, cid)
+                e, r = mark_dispatched(self.entities[key], self.receipts.get(rid), cid, now)
                 self.entities[key] = e
                 if r is not None:
-                    self.receipts[cid] = r
+                    self.receipts[rid] = r
 
     def retry_due(self, now: float) -> None:
         for r in list(self.receipts.values()):
@@ -97,27 +111,34 @@ class Shell:
 
 @st.composite
 def storms(draw: st.DrawFn) -> tuple[list[Command], list[Command]]:
-    """Distinct commands over a few SKUs, and a delivery: each 1-5 times, shuffled."""
+    """Distinct commands over a few SKUs of two tenants, and a delivery: each
+    1-5 times, shuffled. Each tenant numbers its messageIds from c0, so the
+    tenants' messageIds collide."""
     commands: list[Command] = []
-    for n in range(draw(st.integers(1, 25))):
+    numbered = {"t1": 0, "t2": 0}
+    for _ in range(draw(st.integers(1, 25))):
+        tenant = draw(st.sampled_from(["t1", "t2"]))
         sku = draw(st.sampled_from(["a", "b", "c"]))
         kind = draw(st.sampled_from(["AddStock", "ReserveInventory", "ReleaseInventory"]))
         order = f"o{draw(st.integers(0, 4))}"
         qty = draw(st.integers(1, 5))
         payload = {"quantity": qty, "orderId": order}
-        commands.append(command(f"c{n}", kind, sku, payload))
+        mid = f"c{numbered[tenant]}"
+        numbered[tenant] += 1
+        commands.append(command(mid, kind, sku, payload, tenantId=tenant))
     deliveries = [c for c in commands for _ in range(draw(st.integers(1, 5)))]
     return commands, draw(st.permutations(deliveries))
 
 
 def reference(commands: list[Command], order: list[Command]) -> dict[str, Any]:
-    """Stock per SKU applying each command once, in first-arrival order."""
+    """Stock per entity applying each (tenant, messageId) once, in
+    first-arrival order."""
     state: dict[str, Any] = {}
-    seen: set[str] = set()
+    seen: set[tuple[str, str]] = set()
     for c in order:
-        if c.message_id in seen:
+        if (c.tenant_id, c.message_id) in seen:
             continue
-        seen.add(c.message_id)
+        seen.add((c.tenant_id, c.message_id))
         handler = inventory.registry.handlers[(c.command_type, 1)]
         with contextlib.suppress(inventory.DomainError):
             state[c.entity], _ = handler(state.get(c.entity), c)
@@ -147,8 +168,26 @@ def test_duplicate_storms_apply_each_command_once(
     for mid, values in shell.dispatched.items():
         assert len(set(values)) == 1, mid  # every dispatch is byte-identical
     for c in commands:  # every command answered (its reply dispatched at least once)
-        assert shell.dispatched[f"{c.message_id}:reply"]
-        assert shell.receipts[c.message_id].status in ("COMPLETED", "FAILED")
+        assert shell.sent(f"{c.message_id}:reply", c.tenant_id)
+        assert shell.receipts[c.receipt_id].status in ("COMPLETED", "FAILED")
+    # a receipt per (tenant, messageId): one tenant's command never hides another's
+    assert len(shell.receipts) == len(commands)
+    assert all(shell.receipts[c.receipt_id].entity == c.entity for c in commands)
+
+
+@given(st.text(), st.text(), st.text(), st.text())
+def test_receipt_ids_are_unique_per_tenant_and_message_id(
+    tenant: str, mid: str, other_tenant: str, other_mid: str
+) -> None:
+    """A receipt id gives back its tenant and messageId (so two differ unless
+    both do), scoped as entity keys are."""
+    rid = receipt_id(tenant, mid)
+    assert unscoped(rid) == (tenant, mid) and rid == entity_key(tenant, mid)
+    same = (tenant, mid) == (other_tenant, other_mid)
+    assert (receipt_id(other_tenant, other_mid) == rid) == same
+    assert receipt_id("a/b", "c") != receipt_id("a", "b/c")  # a separator alone would not do
+    with pytest.raises(ValueError):
+        unscoped("m1")  # a bare messageId is no receipt id
 
 
 @settings(max_examples=100)
@@ -181,7 +220,7 @@ def test_transient_failures_are_retried_then_dead_lettered(failures: list[int], 
     assert all(d[0] == CommandReason.HANDLER_FAILED and "RuntimeError" in d[2] for d in shell.dead)
     for c, n in zip(cmds, failures, strict=True):
         assert calls[c.message_id] == min(n + 1, 3)
-        assert shell.receipts[c.message_id].status == ("COMPLETED" if n < 3 else "FAILED")
+        assert shell.receipt(c.message_id).status == ("COMPLETED" if n < 3 else "FAILED")
     assert RetryPolicy(base=1, cap=5).delay(1) == 1 and RetryPolicy(base=1, cap=5).delay(9) == 5
 
 
@@ -196,9 +235,9 @@ def test_expired_version_conflict_and_domain_failure_reply_and_change_nothing() 
     shell.offer(too_many, 10.0)
     entity = shell.entities[expired.entity]
     assert entity.version == 1 and entity.state == {"available": 5, "reserved": {}}
-    statuses = {m: shell.receipts[m].status for m in ("old", "cas", "r")}
+    statuses = {m: shell.receipt(m).status for m in ("old", "cas", "r")}
     assert statuses == {"old": "EXPIRED", "cas": "FAILED", "r": "FAILED"}
-    answer = {m: orjson.loads(shell.dispatched[f"{m}:reply"][0]) for m in ("old", "cas", "r")}
+    answer = {m: orjson.loads(shell.sent(f"{m}:reply")[0]) for m in ("old", "cas", "r")}
     assert answer["old"]["message"] == "expired" and not answer["old"]["success"]
     assert "expected version 0" in answer["cas"]["message"]
     assert "version 1" in answer["cas"]["message"]
@@ -211,13 +250,13 @@ def test_a_copy_after_dispatch_is_dropped_and_resends_the_stored_reply() -> None
     c = command("add", "AddStock", "a", {"quantity": 1})
     shell.offer(c, 1.0)
     shell.confirm_all(2.0)
-    assert shell.receipts["add"].dispatched and shell.entities[c.entity].outbox == ()
+    assert shell.receipt("add").dispatched and shell.entities[c.entity].outbox == ()
     shell.offer(c, 3.0)
-    assert shell.applied == ["add"] and len(shell.dispatched["add:reply"]) == 2
-    assert len(shell.dispatched["add:1"]) == 1  # events are not sent again
+    assert shell.applied == [c.receipt_id] and len(shell.sent("add:reply")) == 2
+    assert len(shell.sent("add:1")) == 1  # events are not sent again
     no_reply = parse_command(b"a", envelope("add", "AddStock", "a", {"quantity": 1}, replyTo=None))
     shell.offer(no_reply, 4.0)
-    assert len(shell.dispatched["add:reply"]) == 2
+    assert len(shell.sent("add:reply")) == 2
 
 
 def test_unknown_type_and_unsupported_version_are_dead_lettered() -> None:
@@ -237,7 +276,7 @@ def test_tenants_are_isolated() -> None:
     shell.offer(command("a1", "AddStock", "sku", {"quantity": 5}), 1.0)
     other = command("b1", "ReserveInventory", "sku", {"quantity": 5, "orderId": "o"}, tenantId="t2")
     shell.offer(other, 2.0)  # tenant t2's "sku" is another entity: no stock there
-    assert shell.receipts["b1"].status == "FAILED"
+    assert shell.receipt("b1", "t2").status == "FAILED"
     assert shell.entities[command("x", "AddStock", "sku", {}).entity].state["available"] == 5
     with pytest.raises(InvalidMessage) as info:  # a gateway-set tenant header must match
         parse_command(b"sku", envelope("c", "AddStock", "sku", {}), tenant=b"t2")
@@ -287,13 +326,13 @@ def test_a_copy_before_dispatch_sends_the_stored_messages_again() -> None:
     c = command("add", "AddStock", "a", {"quantity": 1})
     shell.offer(c, 1.0)
     shell.offer(c, 2.0)  # not yet confirmed: the outbox goes out again
-    assert len(shell.dispatched["add:1"]) == 2 and len(shell.dispatched["add:reply"]) == 2
-    del shell.receipts["add"]  # a crash cut the receipt write after the entity write
+    assert len(shell.sent("add:1")) == 2 and len(shell.sent("add:reply")) == 2
+    del shell.receipts[c.receipt_id]  # a crash cut the receipt write after the entity write
     shell.offer(c, 3.0)
-    assert shell.applied == ["add"] and len(shell.dispatched["add:1"]) == 3
-    assert shell.receipts["add"].status == "COMPLETED"  # repaired
+    assert shell.applied == [c.receipt_id] and len(shell.sent("add:1")) == 3
+    assert shell.receipt("add").status == "COMPLETED"  # repaired
     shell.confirm_all(4.0)
-    assert shell.receipts["add"].dispatched and shell.entities[c.entity].outbox == ()
+    assert shell.receipt("add").dispatched and shell.entities[c.entity].outbox == ()
 
 
 def test_an_expired_command_of_an_unknown_type_is_still_dead_lettered() -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import orjson
 
-from seqkeeper.processors.command import Command, Event, Registry
+from seqkeeper.processors.command import Command, Event, Registry, receipt_id
 from seqkeeper.processors.inventory import registry
 from seqkeeper.settings import Settings
 from seqkeeper.state.commands import CommandStore
@@ -29,6 +29,11 @@ def cmd(mid: str, ctype: str, payload: object, sku: str = "sku-1") -> tuple[byte
             "payload": payload,
         }
     )
+
+
+def rid(mid: str) -> str:
+    """The receipt id of tenant t1's command ``mid``."""
+    return receipt_id("t1", mid)
 
 
 def worker(memory: MemoryStore) -> CommandTopology:
@@ -56,7 +61,7 @@ def test_crash_between_persist_and_dispatch_dispatches_the_same_messages() -> No
     batch = second.take()
     assert sent(batch) == lost
     second.confirm(batch)
-    assert CommandStore(memory).receipt(0, "a").dispatched  # type: ignore[union-attr]
+    assert CommandStore(memory).receipt(0, rid("a")).dispatched  # type: ignore[union-attr]
     assert worker(memory).take().records == []  # nothing left to dispatch
     third = worker(memory)
     feed(third, cmd("a", "AddStock", {"quantity": 3}))  # a late copy: reply only
@@ -138,8 +143,8 @@ def test_transient_failures_are_retried_by_the_timer_then_dead_lettered() -> Non
     assert len(dead) == 1 and dead[0]["seqkeeper.attempts"] == b"3"
     assert b"ConnectionError" in dead[0]["kafka_dlt-exception-fqcn"]
     store = CommandStore(memory)
-    assert store.receipt(0, "soon").status == "COMPLETED"  # type: ignore[union-attr]
-    assert store.receipt(0, "never").status == "FAILED"  # type: ignore[union-attr]
+    assert store.receipt(0, rid("soon")).status == "COMPLETED"  # type: ignore[union-attr]
+    assert store.receipt(0, rid("never")).status == "FAILED"  # type: ignore[union-attr]
     assert list(store.waiting_retries(0)) == []
 
 
@@ -158,11 +163,11 @@ def test_old_receipts_are_cleaned_in_batches_and_the_entity_stays_small() -> Non
     assert entity.version == n and entity.outbox == ()  # markers live apart
     assert len(memory.get(0, b"e2:t1/sku-1") or b"") < 200
     topology.on_tick({}, 100.0 + 1800)  # younger than the retention: kept
-    assert store.receipt(0, "m0") is not None
+    assert store.receipt(0, rid("m0")) is not None
     topology.on_tick({}, 100.0 + 3601)  # one batch
-    left = sum(1 for i in range(n) if store.receipt(0, f"m{i}") is not None)
+    left = sum(1 for i in range(n) if store.receipt(0, rid(f"m{i}")) is not None)
     assert left == n - 256
     topology.on_tick({}, 100.0 + 3602)
-    assert all(store.receipt(0, f"m{i}") is None for i in range(n))
-    assert list(memory.items(0, b"c")) == [] and list(memory.items(0, b"t")) == []
+    assert all(store.receipt(0, rid(f"m{i}")) is None for i in range(n))
+    assert all(list(memory.items(0, f)) == [] for f in (b"R", b"C", b"T", b"r", b"c", b"t"))
     assert topology.metrics.registry.get_sample_value("seqkeeper_receipts_forgotten_total") == n
