@@ -676,6 +676,9 @@ def inspect(
     correlation_id: Annotated[
         Optional[str], typer.Option(help="Every command of a correlationId.")
     ] = None,
+    tenant: Annotated[
+        Optional[str], typer.Option(help="Only this tenant's commands (default: every tenant's).")
+    ] = None,
     app_id: AppIdOpt = None,
 ) -> None:
     """Look commands up in the Message Store: status, timestamps, error,
@@ -689,7 +692,7 @@ def inspect(
     if not message_id and not correlation_id:
         raise typer.BadParameter("give --message-id or --correlation-id")
     settings = settings_of(bootstrap=broker, app_id=app_id)
-    found = lookup(asyncio.run(load(settings)), message_id, correlation_id)
+    found = lookup(asyncio.run(load(settings)), message_id, correlation_id, tenant)
     if not found:
         typer.echo("no such command in the Message Store", err=True)
         raise typer.Exit(1)
