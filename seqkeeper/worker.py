@@ -255,6 +255,20 @@ class WorkerProcess:
         """Whether the worker process was started and has not exited."""
         return self.proc is not None and self.proc.poll() is None
 
+    def wait_ready(self, timeout: float = 90.0) -> WorkerProcess:
+        """Return once the worker logged that it is ready (its partitions'
+        state restored); :class:`WorkerDied` if it exits first, a
+        ``TimeoutError`` with the end of its log after ``timeout`` s."""
+        deadline = time.monotonic() + timeout
+        while "Worker ready" not in self.log():
+            self.check_alive()
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"the worker was not ready in {timeout:g} s: {self.log()[-3000:]}"
+                )
+            time.sleep(0.2)
+        return self
+
     def check_alive(self) -> None:
         if self.proc is not None and self.proc.poll() is not None:
             raise WorkerDied(

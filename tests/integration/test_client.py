@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from pathlib import Path
 
 import pytest
@@ -21,15 +20,6 @@ from seqkeeper.worker import WorkerProcess
 pytestmark = pytest.mark.integration
 
 
-def started(worker: WorkerProcess) -> WorkerProcess:
-    deadline = time.monotonic() + 90
-    while "Worker ready" not in worker.log():
-        worker.check_alive()
-        assert time.monotonic() < deadline, worker.log()[-3000:]
-        time.sleep(0.2)
-    return worker
-
-
 def test_requests_get_their_own_replies(make_settings, names, tmp_path: Path) -> None:
     tag = names["app_id"]
     settings = make_settings(
@@ -41,7 +31,7 @@ def test_requests_get_their_own_replies(make_settings, names, tmp_path: Path) ->
     bootstrap = settings.broker.bootstrap
     topic = settings.commands.command_topic
     asyncio.run(create_topics(bootstrap, settings.topics(), 2))
-    worker = started(WorkerProcess(settings, tmp_path / "worker.log").start())
+    worker = WorkerProcess(settings, tmp_path / "worker.log").start().wait_ready()
     shared = f"shared-{tag}.replies"
     try:
 

@@ -39,11 +39,7 @@ def test_duplicate_storm_with_a_crash(make_settings, names, tmp_path) -> None:
         publish(settings.broker.bootstrap, settings.commands.command_topic, work.records[:half])
     )
     first = WorkerProcess(settings, tmp_path / "first.log").start()
-    deadline = time.monotonic() + 90
-    while "Worker ready" not in first.log():
-        first.check_alive()
-        assert time.monotonic() < deadline, first.log()[-3000:]
-        time.sleep(0.2)
+    first.wait_ready()
     time.sleep(1.5)
     first.kill()  # somewhere between persist, dispatch and mark
     asyncio.run(

@@ -31,11 +31,7 @@ def test_kill_9_while_processing_loses_nothing(make_settings, tmp_path) -> None:
     for i in range(kills):
         asyncio.run(publish(settings.broker.bootstrap, settings.ordered.input_topic, waves[i]))
         worker = WorkerProcess(settings, tmp_path / f"killed-{i}.log").start()
-        deadline = time.monotonic() + 90
-        while "Worker ready" not in worker.log():
-            worker.check_alive()
-            assert time.monotonic() < deadline, worker.log()[-3000:]
-            time.sleep(0.2)
+        worker.wait_ready()
         time.sleep(rng.uniform(0.5, 2.5))  # in the middle of the wave
         worker.kill()
         logs.append(worker.log())

@@ -100,11 +100,7 @@ def test_a_user_project_s_handlers_survive_kill_9(make_settings, names, tmp_path
     half = len(records) // 2
     asyncio.run(publish(bootstrap, settings.commands.command_topic, records[:half]))
     first = WorkerProcess(settings, tmp_path / "first.log", cwd=project).start()
-    deadline = time.monotonic() + 90
-    while "Worker ready" not in first.log():
-        first.check_alive()
-        assert time.monotonic() < deadline, first.log()[-3000:]
-        time.sleep(0.2)
+    first.wait_ready()
     time.sleep(1.0)
     first.kill()  # somewhere between persist, dispatch and mark
     asyncio.run(publish(bootstrap, settings.commands.command_topic, records[half:]))
