@@ -16,6 +16,7 @@ import sys
 from typing import Any
 
 from seqkeeper.processors.command import Registry
+from seqkeeper.settings import VARS
 
 
 class PluginError(ValueError):
@@ -55,7 +56,7 @@ def load(spec: str, setting: str) -> Any:
     return target
 
 
-def load_registry(spec: str, setting: str = "SEQKEEPER_HANDLERS") -> Registry:
+def load_registry(spec: str, setting: str = VARS["handlers"].env) -> Registry:
     """The command handlers' :class:`~seqkeeper.Registry` ``spec`` names."""
     registry = load(spec, setting)
     if not isinstance(registry, Registry):
