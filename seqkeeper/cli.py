@@ -104,8 +104,7 @@ def show_settings(
             table.add_column(column)
         for v, text, source in rows:
             if v.group == group:
-                unit = f" {v.unit}" if v.unit and text else ""
-                table.add_row(v.env, (text or "(empty)") + unit, source)
+                table.add_row(v.env, v.with_unit(text) or "(empty)", source)
         console.print(table)
 
 
@@ -617,6 +616,8 @@ def send(
     import asyncio
     import json
 
+    from aiokafka.errors import KafkaError
+
     from seqkeeper.client import CommandClient, ReplyTimeout
 
     try:
@@ -661,8 +662,6 @@ def send(
             return 0 if reply.success else 1
         finally:
             await client.stop()
-
-    from aiokafka.errors import KafkaError
 
     raise typer.Exit(asyncio.run(run()))
 

@@ -223,11 +223,7 @@ class SyncCommandClient:
             target=self._loop.run_forever, name="seqkeeper-client", daemon=True
         )
         self._thread.start()
-        self.client = self._call(self._make(bootstrap, options))
-
-    @staticmethod
-    async def _make(bootstrap: str, options: dict[str, Any]) -> CommandClient:
-        return CommandClient(bootstrap, **options)  # made on its loop
+        self.client = CommandClient(bootstrap, **options)
 
     def _call(self, coro: Coroutine[Any, Any, T]) -> T:
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result()

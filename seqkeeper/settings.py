@@ -55,11 +55,15 @@ class Var:
         except ValueError as e:
             raise SettingError(f"{self.env}={text!r}: {e}") from None
 
+    def with_unit(self, text: str) -> str:
+        """``text`` (a value of this variable) with its unit, if it has one
+        and ``text`` is not empty."""
+        return f"{text} {self.unit}" if self.unit and text else text
+
     def flag_help(self) -> str:
         """The help of this variable's CLI flag (rich markup escaped)."""
-        default = "empty" if self.default == "" else self.default
-        unit = f" {self.unit}" if self.unit and self.default != "" else ""
-        return f"{self.help} \\[env {self.env}; default {default}{unit}]"
+        default = self.with_unit(self.default) or "empty"
+        return f"{self.help} \\[env {self.env}; default {default}]"
 
 
 def var(
@@ -607,14 +611,6 @@ def _declared() -> dict[str, Var]:
 VARS: dict[str, Var] = _declared()
 
 
-def by_env(env: str) -> Var:
-    """The declaration of an environment variable."""
-    for v in VARS.values():
-        if v.env == env:
-            return v
-    raise KeyError(env)
-
-
 def effective(environ: Mapping[str, str] | None = None) -> Iterator[tuple[Var, str, str]]:
     """(variable, value as text, source) for each variable: the source is
     ``env`` or ``default``; secrets show as ``***`` when set."""
@@ -635,9 +631,7 @@ def markdown_table() -> str:
         for v in VARS.values():
             if v.group != group:
                 continue
-            default = f"`{v.default}`" if v.default else "(empty)"
-            if v.unit and v.default:
-                default += f" {v.unit}"
+            default = v.with_unit(f"`{v.default}`") if v.default else "(empty)"
             lines.append(f"| `{v.env}` | {default} | {v.help} |")
     return "\n".join(lines) + "\n"
 

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import gc
 import os
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,7 @@ from seqkeeper.broker import (
 )
 from seqkeeper.plugins import PluginError, load_registry
 from seqkeeper.processors.command import Registry
+from seqkeeper.runtime.protocol import Wiring
 from seqkeeper.settings import EXAMPLE_HANDLERS, Settings
 from seqkeeper.topics import create_topics
 from seqkeeper.wait import BrokerUnreachable, broker_answers, wait_for_broker
@@ -98,13 +100,10 @@ def run_worker(settings: Settings) -> None:
     from seqkeeper.runtime.task import LocalState
     from seqkeeper.topologies import commands, ordered
 
+    wiring: Callable[[Settings], Wiring] = ordered.wiring
     if settings.runtime.topology == "commands":
-        registry = handlers_of(settings)  # before any broker: a bad name fails fast
-
-        def wiring(settings: Settings) -> Any:
-            return commands.wiring(settings, registry)
-    else:
-        wiring = ordered.wiring
+        # before any broker: a bad name fails fast
+        wiring = functools.partial(commands.wiring, registry=handlers_of(settings))
 
     with broker_for(settings) as settings:
         settings.runtime.data_dir.mkdir(parents=True, exist_ok=True)

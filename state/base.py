@@ -16,8 +16,16 @@ from typing import Any, Protocol
 Change = tuple[bytes, bytes | None, tuple[()]]
 
 Header = tuple[str, bytes]
+Headers = Sequence[Header] | None
 #: A record as produced to a known topic-partition: key, value, headers.
 Record = tuple[bytes | None, bytes | None, Sequence[Header]]
+#: A record addressed by a name (a role the topology knows, or a topic
+#: name): name, key, value, headers (``None``: none). A plain tuple: the hot
+#: path makes two per message, and the garbage collector stops tracking a
+#: tuple of strings and bytes (never a dataclass or a tuple subclass: an
+#: outbox of many such records would be traversed by every collection until
+#: its cycle took it).
+Out = tuple[str, bytes | None, bytes | None, Headers]
 
 
 class ChangelogSink(Protocol):

@@ -33,7 +33,7 @@ ALLOWED: dict[str, set[str]] = {
         "seqkeeper.settings",
         "seqkeeper.runtime.protocol",
     },
-    "seqkeeper.runtime.protocol": set(),
+    "seqkeeper.runtime.protocol": {"seqkeeper.state.base"},
     "seqkeeper.runtime": {
         "seqkeeper.processors",
         "seqkeeper.state",

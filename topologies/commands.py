@@ -44,7 +44,14 @@ from seqkeeper.processors.command import (
 )
 from seqkeeper.processors.dead_letter import dead_letter_headers
 from seqkeeper.processors.envelope import InvalidMessage
-from seqkeeper.runtime.protocol import Batch, InputRecord, OutboxOwner, Positions, Wiring
+from seqkeeper.runtime.protocol import (
+    Batch,
+    InputRecord,
+    OutboxOwner,
+    Positions,
+    Wiring,
+    seconds,
+)
 from seqkeeper.settings import Settings
 from seqkeeper.state.commands import CommandStore
 from seqkeeper.state.timers import Deadlines
@@ -99,9 +106,7 @@ class CommandTopology(OutboxOwner):
         """Fetched commands of one partition, in offset order."""
         on_record = self.on_record
         for r in records:
-            millis = r.timestamp
-            seconds = None if millis is None else millis / 1000.0
-            on_record(partition, r.offset, r.key, r.value, r.headers, seconds, wall)
+            on_record(partition, r.offset, r.key, r.value, r.headers, seconds(r.timestamp), wall)
 
     def on_record(
         self,
@@ -293,18 +298,12 @@ def _topic_name(name: str) -> str:
     return name
 
 
-def wiring(settings: Settings, registry: Registry | None = None) -> Wiring:
-    """How the runtime wires the command topology (default: the inventory
-    domain)."""
-    if registry is None:
-        from seqkeeper.processors.inventory import registry as inventory
-
-        registry = inventory
-    handlers = registry
+def wiring(settings: Settings, registry: Registry) -> Wiring:
+    """How the runtime wires the command topology over ``registry``'s handlers."""
     return Wiring(
         input_topic=settings.commands.command_topic,
         table="commands",
-        build=lambda store: CommandTopology(settings, CommandStore(store), handlers),
+        build=lambda store: CommandTopology(settings, CommandStore(store), registry),
         output_topic=_topic_name,
         registry=lambda topology: topology.metrics.registry,
         probe=lambda topology: {"owned": topology.owned},

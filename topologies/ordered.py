@@ -39,7 +39,7 @@ from seqkeeper.processors.clock import StreamClock
 from seqkeeper.processors.dead_letter import dead_letter_headers
 from seqkeeper.processors.envelope import InvalidMessage, Message, Reason, parse
 from seqkeeper.processors.resequencer import Emission, GapSkipped, KeyState, Step
-from seqkeeper.runtime.protocol import Batch, InputRecord, OutboxOwner, Wiring
+from seqkeeper.runtime.protocol import Batch, InputRecord, OutboxOwner, Wiring, seconds
 from seqkeeper.settings import Settings
 from seqkeeper.state import codecs
 from seqkeeper.state.stores import Stores
@@ -94,15 +94,7 @@ class OrderedTopology(OutboxOwner):
         """Fetched input records of one partition, in offset order."""
         on_record = self.on_record
         for r in records:
-            millis = r.timestamp
-            on_record(
-                partition,
-                r.offset,
-                r.key,
-                r.value,
-                None if millis is None else millis / 1000.0,
-                wall,
-            )
+            on_record(partition, r.offset, r.key, r.value, seconds(r.timestamp), wall)
 
     def on_record(
         self,

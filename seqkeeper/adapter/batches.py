@@ -186,11 +186,6 @@ def current(app: Any, fetched: Fetched) -> bool:
     )
 
 
-def seconds(millis: int | None) -> float | None:
-    """A record's timestamp in seconds (as Faust gives it)."""
-    return None if millis is None else millis / 1000.0
-
-
 def ack_batch(app: Any, partitions: Iterable[tuple[TP, list[Any]]]) -> None:
     """Acknowledge processed records (``Fetched.partitions``, or part of
     them): their offsets may now be committed (Faust commits the highest

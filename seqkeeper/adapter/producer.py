@@ -17,18 +17,24 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from types import SimpleNamespace
 from typing import Any
 
 from aiokafka.partitioner import murmur2
 from aiokafka.producer.message_accumulator import BatchBuilder
 
-from seqkeeper.state.base import Header, Record
+from seqkeeper.state.base import Header, Out, Record
 
 __all__ = [
     "PRODUCER_BATCH_BYTES",
-    "AcknowledgingProducer", "BatchProducer", "Header", "Out", "Partitioner", "Record"]
+    "AcknowledgingProducer",
+    "BatchProducer",
+    "Header",
+    "Out",
+    "Partitioner",
+    "Record",
+]
 
 #: Largest record batch the worker produces (within Kafka's default
 #: 1 MiB message.max.bytes and aiokafka's 1 MiB max_request_size).
@@ -38,9 +44,6 @@ PRODUCER_BATCH_BYTES = 512 * 1024
 PICKS_REMEMBERED = 100_000
 
 _NO_HEADERS: list[Header] = []  # read only
-#: A record addressed by a name (:meth:`BatchProducer.group`): name, key,
-#: value, headers (``None``: none).
-Out = tuple[str, bytes | None, bytes | None, Sequence[Header] | None]
 
 
 class Partitioner:

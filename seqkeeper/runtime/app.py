@@ -98,7 +98,6 @@ def build_app(settings: Settings, wiring: Wiring) -> tuple[App, Task]:
     task = Task(
         topology, store, app.batch_producer, wiring.output_topic, settings.runtime.outbox_linger
     )
-    app.seqkeeper = topology
 
     # the commit protocol's hooks (seqkeeper.adapter.app): step 6 waits for
     # steps 2-5; a rebalance and a clean stop reach the task first

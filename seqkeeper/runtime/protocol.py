@@ -14,14 +14,13 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-Headers = list[tuple[str, bytes]] | None
+from seqkeeper.state.base import Headers, Out
 
-#: One output record: topic (a role the topology knows, or a topic name),
-#: key, value, headers. A plain tuple: the hot path makes two per message,
-#: and the garbage collector stops tracking a tuple of strings and bytes
-#: (never a dataclass or a tuple subclass: an outbox of many such records
-#: would be traversed by every collection until the cycle took it).
-Out = tuple[str, bytes | None, bytes | None, Headers]
+
+def seconds(millis: int | None) -> float | None:
+    """A record's timestamp (milliseconds) in seconds."""
+    return None if millis is None else millis / 1000.0
+
 
 #: Per owned input partition: (its high watermark, the last offset read),
 #: either ``None`` when not known yet.

@@ -58,7 +58,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
-from seqkeeper.runtime.protocol import Batch, Out, Positions, Topology
+from seqkeeper.runtime.protocol import Batch, Positions, Topology
+from seqkeeper.state.base import Out
 from seqkeeper.state.integrity import discard_corrupt
 
 log = logging.getLogger("seqkeeper.runtime")
