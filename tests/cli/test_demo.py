@@ -71,11 +71,8 @@ def test_cli_help_lists_the_commands() -> None:
         assert command in result.output
 
 
-def test_command_demo_passes(make_settings, names) -> None:
-    tag = names["app_id"]
-    settings = make_settings(
-        command_topic=f"cmd-{tag}", events_topic=f"ev-{tag}", command_dlq_topic=f"cdlq-{tag}"
-    )
+def test_command_demo_passes(make_settings) -> None:
+    settings = make_settings()  # (names: unique command topics too)
     from seqkeeper.demo import run_command_demo
 
     assert run_command_demo(settings, commands=150, seed=2, quiet=True) == 0

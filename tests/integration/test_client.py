@@ -24,9 +24,6 @@ def test_requests_get_their_own_replies(make_settings, names, tmp_path: Path) ->
     tag = names["app_id"]
     settings = make_settings(
         topology="commands",
-        command_topic=f"cmd-{tag}",
-        events_topic=f"ev-{tag}",
-        command_dlq_topic=f"cdlq-{tag}",
     )
     bootstrap = settings.broker.bootstrap
     topic = settings.commands.command_topic

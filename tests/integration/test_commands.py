@@ -27,9 +27,6 @@ def test_duplicate_storm_with_a_crash(make_settings, names, tmp_path) -> None:
     settings = make_settings(
         topology="commands",
         partitions=3,
-        command_topic=f"cmd-{tag}",
-        events_topic=f"ev-{tag}",
-        command_dlq_topic=f"cdlq-{tag}",
     )
     replies = f"replies-{tag}"
     asyncio.run(create_topics(settings.broker.bootstrap, [*settings.topics(), replies], 3))
@@ -101,9 +98,6 @@ def test_tenants_and_receipts_of_the_old_layout(make_settings, names, tmp_path) 
     settings = make_settings(
         topology="commands",
         partitions=1,
-        command_topic=f"cmd-{tag}",
-        events_topic=f"ev-{tag}",
-        command_dlq_topic=f"cdlq-{tag}",
     )
     bootstrap, replies = settings.broker.bootstrap, f"replies-{tag}"
     changelog = changelog_topic(settings)

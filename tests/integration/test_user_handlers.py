@@ -88,9 +88,6 @@ def test_a_user_project_s_handlers_survive_kill_9(make_settings, names, tmp_path
         topology="commands",
         handlers="ledger.handlers:registry",
         partitions=2,
-        command_topic=f"cmd-{tag}",
-        events_topic=f"ev-{tag}",
-        command_dlq_topic=f"cdlq-{tag}",
     )
     project = write_project(tmp_path / "project")
     replies = f"replies-{tag}"
