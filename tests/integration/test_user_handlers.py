@@ -1,13 +1,17 @@
 """A user's own command handlers, from a project outside this package, run
 by the installed ``seqkeeper worker --topology commands --handlers …`` in the
-project's directory: every command answered once with the result the
+project's directory, and asked through ``seqkeeper.client`` by the project's
+own code: every command answered once with the result the
 user's code gives, and a ``kill -9`` in the middle leaves every output
 (events and replies) byte-identical however often it was re-sent."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import random
+import subprocess
+import sys
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -55,9 +59,10 @@ def commands(
     return docs, records
 
 
-def expected_replies(records: list[tuple[bytes, bytes]]) -> dict[str, bool]:
-    """Each command's success, applying the first copy of each in order (a
-    key's records are one partition's, read in order)."""
+def expected_replies(records: list[tuple[bytes, bytes]]) -> tuple[dict[str, bool], dict[str, int]]:
+    """Each command's success, and the balances after all, applying the
+    first copy of each in order (a key's records are one partition's, read
+    in order)."""
     balances: dict[str, int] = defaultdict(int)
     done: dict[str, bool] = {}
     for _, value in records:
@@ -72,7 +77,7 @@ def expected_replies(records: list[tuple[bytes, bytes]]) -> dict[str, bool]:
             ok = amount <= balances[account]
             balances[account] -= amount if ok else 0
             done[doc["messageId"]] = ok
-    return done
+    return done, balances
 
 
 def by_message_id(records: list[Any]) -> dict[str, set[bytes]]:
@@ -113,6 +118,13 @@ def test_a_user_project_s_handlers_survive_kill_9(make_settings, names, tmp_path
             time.sleep(0.5)
         events = by_message_id(asyncio.run(read_topic(bootstrap, settings.commands.events_topic)))
         dead = asyncio.run(read_topic(bootstrap, settings.commands.command_dlq_topic))
+        # the project's own code asks through seqkeeper's client: too much
+        asked = subprocess.run(
+            [sys.executable, "-m", "ledger.ask", bootstrap, settings.commands.command_topic,
+             "acct-0", "1000000"],
+            cwd=project, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert asked.returncode == 0, asked.stderr
     finally:
         assert second.stop() == 0
     assert dead == []
@@ -124,7 +136,13 @@ def test_a_user_project_s_handlers_survive_kill_9(make_settings, names, tmp_path
         mid.removesuffix(":reply"): orjson.loads(next(iter(copies)))["success"]
         for mid, copies in answered.items()
     }
-    assert outcome == expected_replies(records)
+    expected, balances = expected_replies(records)
+    assert outcome == expected
+    assert json.loads(asked.stdout) == {
+        "success": False,
+        "message": "insufficient funds",
+        "data": {"balance": balances["acct-0"]},
+    }
     # one event per successful command, from the user's handlers
     assert {mid.rsplit(":", 1)[0] for mid in events} == {m for m, ok in outcome.items() if ok}
     types = {orjson.loads(next(iter(c)))["type"] for c in events.values()}

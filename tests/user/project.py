@@ -35,10 +35,28 @@ def withdraw(state, command):
 """
 
 
+#: The project asking the ledger through seqkeeper's client:
+#: ``python -m ledger.ask BOOTSTRAP COMMAND_TOPIC ACCOUNT AMOUNT`` withdraws
+#: and prints the reply.
+ASK = """
+import json
+import sys
+
+from seqkeeper.client import SyncCommandClient
+
+bootstrap, topic, account, amount = sys.argv[1:5]
+with SyncCommandClient(bootstrap, command_topic=topic, client_id="ledger-ask", tenant="bank") as c:
+    reply = c.request("Withdraw", account, {"amount": int(amount)}, timeout=60)
+print(json.dumps({"success": reply.success, "message": reply.message, "data": reply.data}))
+"""
+
+
 def write_project(root: Path) -> Path:
-    """``root/ledger/handlers.py`` (with ``registry``); returns ``root``."""
+    """``root/ledger/`` with ``handlers.py`` (``registry``) and ``ask.py``;
+    returns ``root``."""
     package = root / "ledger"
     package.mkdir(parents=True)
     (package / "__init__.py").write_text("")
     (package / "handlers.py").write_text(HANDLERS)
+    (package / "ask.py").write_text(ASK)
     return root
