@@ -427,6 +427,16 @@ class OrderedSettings:
         "Seen messageIds remembered per key.",
         positive_integer,
     )
+    processor: str = var(
+        "SEQKEEPER_PROCESSOR",
+        "",
+        "An ordered processor, module:function: fn(state, message) -> (new_state, outputs) "
+        "runs on every message of a key once, in sequence order (the current directory is "
+        "importable). Empty: none.",
+    )
+    processed_topic: str = var(
+        "SEQKEEPER_PROCESSED_TOPIC", "events.processed", "The ordered processor's outputs."
+    )
     event_time_field: str = var(
         "SEQKEEPER_EVENT_TIME_FIELD",
         "",
@@ -461,6 +471,7 @@ class OrderedSettings:
             self.deduped_topic,
             self.dlq_topic,
             self.late_topic,
+            *([self.processed_topic] if self.processor else []),
         ]
 
 
@@ -485,13 +496,22 @@ class CommandSettings:
     command_attempts: int = var(
         "SEQKEEPER_COMMAND_ATTEMPTS",
         "5",
-        "Handler attempts on transient errors before a command is dead-lettered.",
+        "Attempts of a command handler (on transient errors) or ordered processor before the "
+        "message is dead-lettered.",
         positive_integer,
     )
     command_retry_delay: float = var(
         "SEQKEEPER_COMMAND_RETRY_DELAY",
         "0.5",
         "First retry delay, doubled per attempt up to 30 s.",
+        seconds,
+        "s",
+    )
+    handler_timeout: float = var(
+        "SEQKEEPER_HANDLER_TIMEOUT",
+        "30",
+        "How long an async command handler or ordered processor may run before the attempt "
+        "counts as failed (and is retried). A sync function cannot be interrupted.",
         seconds,
         "s",
     )

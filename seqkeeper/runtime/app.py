@@ -130,7 +130,11 @@ def build_app(settings: Settings, wiring: Wiring) -> tuple[App, Task]:
                 continue
             wall = time.time()
             for tp, records in fetched.partitions:
-                on_records(tp.partition, records, wall)
+                waiting = on_records(tp.partition, records, wall)
+                if waiting is not None:  # a user's async function
+                    await waiting
+            if not current(app, fetched):  # a rebalance began while it waited
+                continue  # (read again from the committed offsets: never acked)
             ack_batch(app, fetched.partitions)
             await task.relieve(limit)
 
@@ -138,9 +142,11 @@ def build_app(settings: Settings, wiring: Wiring) -> tuple[App, Task]:
     async def tick() -> None:
         if not app.rebalancing:
             consumer = app.consumer
-            task.on_tick(
+            waiting = task.on_tick(
                 {tp.partition: (consumer.highwater(tp), read_offset(app, tp)) for tp in owned()},
                 time.time(),
             )
+            if waiting is not None:
+                await waiting
 
     return app, task

@@ -2,7 +2,11 @@
 
 A topology is a synchronous object around the pure cores: it is handed
 input records and timer ticks, writes its state through a store, and
-queues its outputs in an outbox. It makes no Faust or Kafka call: the
+queues its outputs in an outbox. Only a user's async function (a command
+handler, an ordered processor) makes it wait: then ``on_records`` and
+``on_tick`` return an awaitable that the runtime awaits before it goes on
+(the topology writes each result in one synchronous block after the await,
+so an outbox take never sees half of one). It makes no Faust or Kafka call: the
 runtime (:mod:`seqkeeper.runtime.task`) takes its outbox, makes the state
 behind it durable, produces it and hands it back to confirm, and tells it
 when partitions are assigned and revoked.
@@ -10,7 +14,7 @@ when partitions are assigned and revoked.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -70,12 +74,16 @@ class Topology(Protocol):
     #: set by the runtime: called when the outbox gets its first record
     on_output: Callable[[], None]
 
-    def on_records(self, partition: int, records: Iterable[InputRecord], wall: float) -> None:
-        """Input records of one partition, in offset order."""
+    def on_records(
+        self, partition: int, records: Iterable[InputRecord], wall: float
+    ) -> Awaitable[None] | None:
+        """Input records of one partition, in offset order; an awaitable when
+        user code must still run for them (awaited before the next fetch)."""
         ...
 
-    def on_tick(self, positions: Positions, wall: float) -> None:
-        """A timer tick: time-driven steps (gap timeouts, retries, clean-up)."""
+    def on_tick(self, positions: Positions, wall: float) -> Awaitable[None] | None:
+        """A timer tick: time-driven steps (gap timeouts, retries, clean-up);
+        an awaitable as for :meth:`on_records`."""
         ...
 
     def take(self) -> Batch:

@@ -13,9 +13,11 @@ The commit protocol, as numbered steps. Each step says what a crash
 state on the broker is a prefix of the writes made, and no output is on
 the broker before the state that produced it.
 
-1. **Process** (the agent, synchronous per fetch): the topology reads state,
+1. **Process** (the agent, one fetch at a time): the topology reads state,
    decides (pure cores), writes state (local RocksDB and the changelog
-   queue) and queues outputs in its outbox. *Crash*: nothing of it left the
+   queue) and queues outputs in its outbox, each decision in one
+   synchronous block (a user's async function is awaited before the block
+   that writes its result). *Crash*: nothing of it left the
    process; the input is read again from the committed offset.
 2. **Take** (:meth:`Task.take`, no await inside): the outbox and the
    changelog writes made so far, together. *Crash*: as after 1.
@@ -54,7 +56,7 @@ import enum
 import logging
 import os
 import shutil
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -162,10 +164,12 @@ class Task:
         self.topology.on_assigned(partitions)
         self._to(TaskState.RUNNING)
 
-    def on_tick(self, positions: Positions, wall: float) -> None:
-        """A timer tick, while running (not during a rebalance)."""
+    def on_tick(self, positions: Positions, wall: float) -> Awaitable[None] | None:
+        """A timer tick, while running (not during a rebalance); what the
+        topology still has to await, if anything."""
         if self.state is TaskState.RUNNING:
-            self.topology.on_tick(positions, wall)
+            return self.topology.on_tick(positions, wall)
+        return None
 
     # -- the commit protocol -----------------------------------------------------
     async def take(self) -> asyncio.Future[None]:
