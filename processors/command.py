@@ -33,8 +33,17 @@ Rules:
 * ``expectedVersion`` (optimistic concurrency) differs from the entity's
   version: FAILED, reply naming both versions, state unchanged.
 * :class:`DomainError` from the handler: FAILED, reply ``success=false``,
-  no retry. Any other exception: PROCESSING, retried with capped
-  exponential backoff (:class:`RetryPolicy`), then FAILED and dead-lettered.
+  no retry. Any other exception (a timeout too): PROCESSING, retried with
+  capped exponential backoff (:class:`RetryPolicy`), then FAILED and
+  dead-lettered.
+
+Handlers may be ``async def``. The core never awaits: :func:`handler_to_call`
+says which handler :func:`decide` would call for its arguments, the shell
+awaits that handler itself and hands its :data:`Outcome` (:class:`Returned`
+or :class:`Raised`) to :func:`decide`, which then decides as if it had
+called the handler. Without an outcome :func:`decide` calls a sync handler
+(``tests/processors/test_command_outcome.py``: the two decide alike, and
+:func:`handler_to_call` names a handler exactly when :func:`decide` calls one).
 
 Invariants (``tests/processors/test_command.py``): however often and in
 whatever interleaving commands of several tenants are delivered, each
@@ -46,9 +55,10 @@ messageIds and bytes.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import inspect
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import orjson
 
@@ -311,7 +321,9 @@ class Receipt:
         return scoped(self.tenant, self.message_id)
 
 
-Handler = Callable[[Any, Command], tuple[Any, list[Event]]]
+#: ``(state, command) -> (new_state, events)``, or an ``async def`` one.
+Handler = Callable[[Any, Command], tuple[Any, list[Event]] | Awaitable[tuple[Any, list[Event]]]]
+HandlerT = TypeVar("HandlerT", bound=Handler)
 
 
 @dataclass
@@ -320,8 +332,10 @@ class Registry:
 
     handlers: dict[tuple[str, int], Handler] = field(default_factory=dict)
 
-    def register(self, command_type: str, schema_version: int = 1) -> Callable[[Handler], Handler]:
-        def add(handler: Handler) -> Handler:
+    def register(
+        self, command_type: str, schema_version: int = 1
+    ) -> Callable[[HandlerT], HandlerT]:
+        def add(handler: HandlerT) -> HandlerT:
             self.handlers[(command_type, schema_version)] = handler
             return handler
 
@@ -355,6 +369,88 @@ class Decision:
     dead_letter: tuple[str, str, str] | None = None
     duplicate: bool = False
     applied: bool = False
+
+
+@value
+class Returned:
+    """A handler returned: the new state and the events."""
+
+    state: Any
+    events: list[Event]
+
+
+@value
+class Raised:
+    """A handler raised ``error`` (a :class:`DomainError`, or a transient
+    failure, such as :func:`timed_out`)."""
+
+    error: Exception
+
+
+#: What one run of a handler came to.
+Outcome = Returned | Raised
+
+
+def returned(result: Any) -> Returned:
+    """A handler's return value, ``(new_state, events)``, as a
+    :class:`Returned`; an error when it is no pair (an awaitable, from a
+    handler not declared ``async def``, is closed unawaited: only the shell
+    awaits)."""
+    if type(result) is not tuple and inspect.isawaitable(result):
+        if inspect.iscoroutine(result):
+            result.close()
+        raise TypeError(
+            "the handler returned an awaitable where a (new_state, events) pair was expected "
+            "(declare it async def)"
+        )
+    state, events = result
+    return Returned(state, events)
+
+
+def run(handler: Handler, state: Any, command: Command) -> Outcome:
+    """Call a sync ``handler``: what it returned or raised."""
+    try:
+        return returned(handler(state, command))
+    except Exception as exc:  # noqa: BLE001 - every failure is an outcome
+        return Raised(exc)
+
+
+def timed_out(limit: float) -> Raised:
+    """The outcome of a run stopped after ``limit`` seconds: a transient
+    failure (retried, then dead-lettered) that names the limit."""
+    return Raised(TimeoutError(f"handler ran past {limit:g} s"))
+
+
+def handler_to_call(
+    registry: Registry,
+    entity: Entity,
+    receipt: Receipt | None,
+    command: Command,
+    now: float,
+    retrying: bool = False,
+) -> Handler | None:
+    """The handler :func:`decide` calls for these arguments, or ``None``
+    when it decides without one (a copy of a command already decided, no
+    handler for its type and version, expired, a version conflict)."""
+    if entity.pending(command.message_id) is not None or _decided(receipt, retrying):
+        return None
+    handler = registry.handlers.get((command.command_type, command.schema_version))
+    if handler is None or _expired(command, now) or _conflict(command, entity):
+        return None
+    return handler
+
+
+def _decided(receipt: Receipt | None, retrying: bool) -> bool:
+    """Whether the command's receipt says it needs no run (again)."""
+    return receipt is not None and not (retrying and receipt.status == "PROCESSING")
+
+
+def _expired(command: Command, now: float) -> bool:
+    return command.expires_at is not None and now > command.expires_at
+
+
+def _conflict(command: Command, entity: Entity) -> bool:
+    return command.expected_version is not None and command.expected_version != entity.version
 
 
 def reply(
@@ -404,11 +500,16 @@ def decide(
     retry: RetryPolicy = RetryPolicy(),
     retrying: bool = False,
     origin: Origin | None = None,
+    outcome: Outcome | None = None,
 ) -> Decision:
     """Decide on ``command`` for ``entity`` given its ``receipt`` (if any).
 
     ``retrying``: the shell's retry timer offers a command in PROCESSING.
     ``origin``: where the command was read (for dead-letter headers).
+    ``outcome``: what the handler :func:`handler_to_call` names came to
+    when the shell ran it (an async handler) on ``entity.state``; used
+    instead of calling the handler, and ignored when these arguments call
+    none. Without it, the (sync) handler is called here.
     """
     mid = command.message_id
     stored = entity.pending(mid)
@@ -427,7 +528,8 @@ def decide(
         return Decision(
             receipt=repaired if repaired is not receipt else None, dispatch=stored, duplicate=True
         )
-    if receipt is not None and not (retrying and receipt.status == "PROCESSING"):
+    if _decided(receipt, retrying):
+        assert receipt is not None
         again: tuple[Outgoing, ...] = ()
         if receipt.dispatched and receipt.reply is not None and command.reply_to is not None:
             again = (receipt.reply,)
@@ -498,24 +600,26 @@ def decide(
             detail,
             dead=(reason, detail, "seqkeeper.UnknownCommand"),
         )
-    if command.expires_at is not None and now > command.expires_at:
+    if _expired(command, now):
         return finish("EXPIRED", reply(command, False, "expired"), "expired")
-    if command.expected_version is not None and command.expected_version != entity.version:
+    if _conflict(command, entity):
         detail = (
             f"version conflict: expected version {command.expected_version}, "
             f"entity is at version {entity.version}"
         )
         return finish("FAILED", reply(command, False, detail, version=entity.version), detail)
     attempts += 1
-    try:
-        new_state, events = handler(entity.state, command)
-    except DomainError as exc:
-        return finish(
-            "FAILED",
-            reply(command, False, exc.message, exc.data, version=entity.version),
-            exc.message,
-        )
-    except Exception as exc:  # noqa: BLE001 - any other failure is retried
+    if outcome is None:
+        outcome = run(handler, entity.state, command)
+    if isinstance(outcome, Raised):
+        exc = outcome.error
+        if isinstance(exc, DomainError):
+            return finish(
+                "FAILED",
+                reply(command, False, exc.message, exc.data, version=entity.version),
+                exc.message,
+            )
+        # any other failure is retried
         error = f"{type(exc).__module__}.{type(exc).__qualname__}: {exc}"
         if attempts < retry.attempts:
             return Decision(
@@ -535,6 +639,7 @@ def decide(
             detail,
             dead=(CommandReason.HANDLER_FAILED, detail, cls),
         )
+    new_state, events = outcome.state, outcome.events
     version = entity.version + 1
     new = Entity(version, new_state, entity.outbox)
     return finish(

@@ -17,7 +17,7 @@ from typing import Any
 
 import orjson
 
-from seqkeeper.processors.command import Command, DomainError, parse_command
+from seqkeeper.processors.command import Command, DomainError, parse_command, returned
 from seqkeeper.processors.envelope import InvalidMessage
 from seqkeeper.processors.inventory import registry
 from seqkeeper.settings import Settings
@@ -149,7 +149,7 @@ def verify_commands(
             outcome[mid] = False  # the storm's expiries are all in the past
             continue
         try:
-            state[cmd.entity], _ = handler(state.get(cmd.entity), cmd)
+            state[cmd.entity] = returned(handler(state.get(cmd.entity), cmd)).state
             version[cmd.entity] += 1
             outcome[mid] = True
         except DomainError:
