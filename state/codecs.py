@@ -15,6 +15,15 @@ Families:
 * ``b`` + key + seq -> the original message bytes (the reorder buffer)
 * ``i`` + key + messageId -> FIFO position, time, input offset (seen ids)
 * ``p`` + key + position -> time and messageId (the seen ids' FIFO)
+
+With an ordered processor (:mod:`processors.processor`), three more:
+
+* ``P`` + key -> the processor's cursor (the last sequence processed) and
+  its state, the JSON ``fn`` returned (:func:`encode_processed`)
+* ``Q`` + key + seq -> a released message waiting for the processor (an
+  async one, or one being retried): the message bytes, or a given-up range
+* ``O`` + key + seq -> what processing that sequence produced, not yet
+  confirmed durable downstream (the processor's outbox, :func:`encode_outs`)
 """
 
 from __future__ import annotations
@@ -25,12 +34,16 @@ from typing import Any
 import orjson
 
 from seqkeeper.processors.deduplicator import ALL_IDS, UNKNOWN, Seen, SeenWindow
-from seqkeeper.processors.resequencer import KeyState
+from seqkeeper.processors.envelope import parse
+from seqkeeper.processors.resequencer import Emission, GapSkipped, KeyState
 
 KEY_STATE = b"s"
 BUFFER = b"b"
 SEEN_ID = b"i"
 SEEN_POSITION = b"p"
+PROCESSED = b"P"
+QUEUED = b"Q"
+OUTPUTS = b"O"
 
 _SEQ = struct.Struct(">Q")
 _SEEN = struct.Struct(">Qdq")
@@ -99,6 +112,90 @@ def encode_seen_position(message_id: str, seen_at: float) -> bytes:
 
 def decode_seen_position(raw: bytes) -> tuple[str, float]:
     return raw[8:].decode("utf-8"), float(_TIME.unpack(raw[:8])[0])
+
+
+def processed_key(key: str) -> bytes:
+    return PROCESSED + (_prefixes.get(key) or key_prefix(key))
+
+
+def queued_key(key: str, seq: int) -> bytes:
+    return QUEUED + (_prefixes.get(key) or key_prefix(key)) + _SEQ.pack(seq)
+
+
+def outputs_key(key: str, seq: int) -> bytes:
+    return OUTPUTS + (_prefixes.get(key) or key_prefix(key)) + _SEQ.pack(seq)
+
+
+def encode_processed(cursor: int, state: bytes) -> bytes:
+    """The processor's record of a key: cursor, then the state's JSON."""
+    return _SEQ.pack(cursor) + state
+
+
+def decode_processed(raw: bytes | None) -> tuple[int, bytes | None]:
+    """(cursor, state JSON); ``(0, None)`` for a key never processed."""
+    if raw is None:
+        return 0, None
+    return int(_SEQ.unpack(raw[:8])[0]), raw[8:]
+
+
+_GAP = struct.Struct(">QQ")
+
+
+def encode_queued(item: Emission) -> bytes:
+    """A released item waiting for the processor: ``m`` + the message's
+    bytes, or ``g`` + the range given up."""
+    if isinstance(item, GapSkipped):
+        return b"g" + _GAP.pack(item.first, item.last)
+    return b"m" + item.value
+
+
+def decode_queued(key: str, raw: bytes) -> Emission:
+    if raw[:1] == b"g":
+        first, last = _GAP.unpack(raw[1:])
+        return GapSkipped(key, int(first), int(last))
+    return parse(key.encode("utf-8"), raw[1:])
+
+
+_LEN = struct.Struct(">I")
+_COUNT = struct.Struct(">H")
+
+
+def encode_outs(records: list[tuple[str, bytes, bytes, list[tuple[str, bytes]] | None]]) -> bytes:
+    """Output records (role, key, value, headers), length-prefixed."""
+    parts = [_COUNT.pack(len(records))]
+    for role, key, value, headers in records:
+        hs = headers or ()
+        parts += [_bytes(role.encode()), _bytes(key), _bytes(value), _COUNT.pack(len(hs))]
+        for name, h in hs:
+            parts += [_bytes(name.encode()), _bytes(h)]
+    return b"".join(parts)
+
+
+def decode_outs(raw: bytes) -> list[tuple[str, bytes, bytes, list[tuple[str, bytes]] | None]]:
+    view = memoryview(raw)
+    (count,) = _COUNT.unpack_from(view, 0)
+    at = 2
+    out: list[tuple[str, bytes, bytes, list[tuple[str, bytes]] | None]] = []
+
+    def take() -> bytes:
+        nonlocal at
+        (n,) = _LEN.unpack_from(view, at)
+        at += 4 + n
+        return bytes(view[at - n : at])
+
+    for _ in range(count):
+        role, key, value = take().decode(), take(), take()
+        (nh,) = _COUNT.unpack_from(view, at)
+        at += 2
+        headers = [(take().decode(), take()) for _ in range(nh)]
+        out.append((role, key, value, headers or None))
+    if at != len(raw):
+        raise ValueError("trailing bytes after the output records")
+    return out
+
+
+def _bytes(b: bytes) -> bytes:
+    return _LEN.pack(len(b)) + b
 
 
 def compact_json(doc: Any) -> bytes:
@@ -211,4 +308,21 @@ def describe(store_key: bytes, value: bytes) -> tuple[str, str, str | None, str]
         mid, at = decode_seen_position(value)
         item = str(int(_SEQ.unpack(store_key[n:])[0]))
         return "seen_fifo", key, item, orjson.dumps({"message_id": mid, "seen_at": at}).decode()
+    if family == PROCESSED:
+        cursor, user_state = decode_processed(value)
+        text = (user_state or b"null").decode("utf-8", "replace")
+        return "processed", key, None, f'{{"cursor":{cursor},"state":{text}}}'
+    if family == QUEUED:
+        queued = decode_queued(key, value)
+        return "queued", key, str(int(_SEQ.unpack(store_key[n:])[0])), queued.value.decode()
+    if family == OUTPUTS:
+        outs = [
+            {
+                "topic": role,
+                "key": k.decode("utf-8", "replace"),
+                "value": v.decode("utf-8", "replace"),
+            }
+            for role, k, v, _ in decode_outs(value)
+        ]
+        return "outputs", key, str(int(_SEQ.unpack(store_key[n:])[0])), orjson.dumps(outs).decode()
     raise ValueError(f"unknown state family {family!r}")

@@ -23,6 +23,10 @@ confirmed: per key ``confirmed .. next_expected-1`` of the ordered output
 (:func:`processors.resequencer.pending`), and the deduplicated copy of every
 replayed input record whose own copy was the one accepted. Re-emissions are
 byte-identical (same messageId) and counted (``seqkeeper_reemitted``).
+
+With an ordered processor, every released item also goes to the user's
+function (:mod:`seqkeeper.topologies.processing`), before the step that
+released it is written.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from __future__ import annotations
 import collections
 import itertools
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from operator import itemgetter
 from typing import Any
 
@@ -38,6 +42,7 @@ from seqkeeper.processors import deduplicator, resequencer
 from seqkeeper.processors.clock import StreamClock
 from seqkeeper.processors.dead_letter import dead_letter_headers
 from seqkeeper.processors.envelope import InvalidMessage, Message, Reason, parse
+from seqkeeper.processors.processor import Processor
 from seqkeeper.processors.resequencer import Emission, GapSkipped, KeyState, Step
 from seqkeeper.runtime.protocol import Batch, InputRecord, OutboxOwner, Wiring, seconds
 from seqkeeper.settings import Settings
@@ -45,6 +50,7 @@ from seqkeeper.state import codecs
 from seqkeeper.state.stores import Stores
 from seqkeeper.state.timers import GapTimers
 from seqkeeper.topologies.metrics import Metrics
+from seqkeeper.topologies.processing import ProcessorStage
 
 log = logging.getLogger("seqkeeper.ordered")
 
@@ -69,7 +75,9 @@ class OrderedTopology(OutboxOwner):
     """Calls the cores for each input record and timer tick, persists, and
     queues outputs in the outbox (see the module docstring)."""
 
-    def __init__(self, settings: Settings, stores: Stores) -> None:
+    def __init__(
+        self, settings: Settings, stores: Stores, processor: Processor | None = None
+    ) -> None:
         self.settings = settings
         self.policy = settings.ordered.resequencer_policy()
         self.retention = settings.ordered.retention()
@@ -88,13 +96,28 @@ class OrderedTopology(OutboxOwner):
         self.outbox = Batch()
         self.on_output: Callable[[], None] = lambda: None  # wakes the outbox cycle
         self.metrics = Metrics()
+        self.stage: ProcessorStage | None = None
+        if processor is not None:
+            self.stage = ProcessorStage(
+                processor,
+                settings,
+                stores.state,
+                self.emit,
+                self.note_stored,
+                self.offset_of,
+                self.metrics,
+            )
 
     # -- input -------------------------------------------------------------
-    def on_records(self, partition: int, records: Iterable[InputRecord], wall: float) -> None:
-        """Fetched input records of one partition, in offset order."""
+    def on_records(
+        self, partition: int, records: Iterable[InputRecord], wall: float
+    ) -> Awaitable[None] | None:
+        """Fetched input records of one partition, in offset order; what the
+        processor still has to run for them, if anything."""
         on_record = self.on_record
         for r in records:
             on_record(partition, r.offset, r.key, r.value, seconds(r.timestamp), wall)
+        return None if self.stage is None else self.stage.pending()
 
     def on_record(
         self,
@@ -161,14 +184,19 @@ class OrderedTopology(OutboxOwner):
                     r.route, key, value, r.reason, r.detail, partition, offset, timestamp
                 )
             return
-        if step.emitted and isinstance(step.emitted[0], GapSkipped):
-            self.metrics.gaps_overflow.inc()
+        if step.emitted:
+            if isinstance(step.emitted[0], GapSkipped):
+                self.metrics.gaps_overflow.inc()
+            if self.stage is not None:  # (its writes go first)
+                self.stage.released(partition, message.key, step.emitted, wall)
         stores.save(partition, message.key, step, decision.window, decision)
         self.emit("deduped", key, value)
         self.after(partition, message.key, step, state)
 
     # -- timers ------------------------------------------------------------
-    def on_tick(self, positions: dict[int, tuple[int | None, int | None]], wall: float) -> None:
+    def on_tick(
+        self, positions: dict[int, tuple[int | None, int | None]], wall: float
+    ) -> Awaitable[None] | None:
         """Timer. ``positions``: for each owned input partition, its end as
         last fetched and the offset the consumer last read. A partition
         processed up to its end is caught up, and only then does its stream
@@ -193,9 +221,12 @@ class OrderedTopology(OutboxOwner):
                 if step.state != state:
                     if step.emitted:
                         self.metrics.gap_timeouts.inc()
+                        if self.stage is not None:  # (its writes go first)
+                            self.stage.released(partition, key, step.emitted, wall)
                     self.stores.save(partition, key, step, window)
                 self.after(partition, key, step)  # popped: always re-arm
             self.sweep(partition, now)
+        return None if self.stage is None else self.stage.on_tick(wall)
 
     def sweep(self, partition: int, now: float) -> None:
         """Forget aged seen ids of the next :data:`SWEEP_KEYS_PER_TICK` keys
@@ -256,6 +287,12 @@ class OrderedTopology(OutboxOwner):
         self.metrics.buffered.set(self.total_buffered)
         if again:
             log.warning("emitting %d unconfirmed ordered records again", again)
+        if self.stage is not None:
+            self.stage.on_assigned(partitions)
+
+    def on_revoked(self) -> None:
+        if self.stage is not None:
+            self.stage.on_revoked()
 
     def emit_again(self, partition: int, key: str, state: KeyState) -> int:
         items, missing = resequencer.pending(key, state, self.stores.buffer(partition, key))
@@ -280,6 +317,17 @@ class OrderedTopology(OutboxOwner):
         else:
             noted[0] = upto
         noted.extend([e.seq for e in emitted if type(e) is Message])
+
+    def note_stored(self, partition: int, key: str, seq: int) -> None:
+        """The outbox now holds the processor's stored outputs of ``seq``."""
+        self.outbox.stored.append((partition, key, seq))
+        self.on_output()
+
+    def offset_of(self, partition: int, key: str, message_id: str) -> int:
+        """The input offset of an accepted message (``-1``: forgotten)."""
+        _, window = self.stores.load(partition, key)
+        seen = self.stores.seen(partition, key, window).get(message_id)
+        return -1 if seen is None else seen.source
 
     def on_stop(self) -> None:
         """A clean stop: the confirmations still in memory are written."""
@@ -316,6 +364,8 @@ class OrderedTopology(OutboxOwner):
         self.in_flight.pop(id(batch), None)
         if batch.generation != self.generation:
             return
+        if batch.stored and self.stage is not None:
+            self.stage.confirm(batch.stored)
         noted: Confirm
         for (partition, key), noted in batch.confirms.items():
             if partition not in self.owned:
@@ -369,9 +419,11 @@ class OrderedTopology(OutboxOwner):
         log.info("dead-lettered partition=%s offset=%s reason=%s", partition, offset, reason)
 
 
-def wiring(settings: Settings) -> Wiring:
-    """How the runtime wires the ordered topology for ``settings``."""
+def wiring(settings: Settings, processor: Processor | None = None) -> Wiring:
+    """How the runtime wires the ordered topology for ``settings``, with the
+    user's ordered ``processor`` if any."""
     topics = {
+        "processed": settings.ordered.processed_topic,
         "ordered": settings.ordered.ordered_topic,
         "deduped": settings.ordered.deduped_topic,
         "dlq": settings.ordered.dlq_topic,
@@ -389,7 +441,7 @@ def wiring(settings: Settings) -> Wiring:
     return Wiring(
         input_topic=settings.ordered.input_topic,
         table="state",
-        build=lambda store: OrderedTopology(settings, Stores(store)),
+        build=lambda store: OrderedTopology(settings, Stores(store), processor),
         output_topic=topics.__getitem__,
         # The reorder buffer's local writes wait in memory: most entries are
         # deleted (confirmed) before they would reach RocksDB.

@@ -61,9 +61,12 @@ class Batch:
     records: list[Out] = field(default_factory=list)
     confirms: dict[tuple[int, str], Any] = field(default_factory=dict)
     generation: int = 0
+    #: stored outputs among ``records`` (partition, key, sequence) that the
+    #: topology deletes once they are confirmed (an ordered processor's)
+    stored: list[tuple[int, str, int]] = field(default_factory=list)
 
     def __bool__(self) -> bool:
-        return bool(self.records or self.confirms)
+        return bool(self.records or self.confirms or self.stored)
 
 
 class Topology(Protocol):

@@ -142,3 +142,43 @@ def test_encoded_states_hold_no_more_memory_than_their_size() -> None:
     first, size = _held(lambda: codecs.compact_json(doc))
     assert first == orjson.dumps(doc)
     assert size < 1000 * 200
+
+
+# -- the ordered processor's families -------------------------------------------
+
+_records = st.lists(
+    st.tuples(
+        st.sampled_from(["processed", "dlq"]),
+        st.binary(max_size=8),
+        st.binary(max_size=16),
+        st.none()
+        | st.lists(st.tuples(st.text(max_size=5), st.binary(max_size=5)), min_size=1, max_size=3),
+    ),
+    max_size=4,
+)
+
+
+@given(_records)
+def test_stored_outputs_round_trip(records: list) -> None:  # type: ignore[type-arg]
+    assert codecs.decode_outs(codecs.encode_outs(records)) == records
+
+
+@given(st.integers(0, 2**63 - 1), st.binary(max_size=20))
+def test_the_processor_record_round_trips(cursor: int, state: bytes) -> None:
+    assert codecs.decode_processed(codecs.encode_processed(cursor, state)) == (cursor, state)
+    assert codecs.decode_processed(None) == (0, None)
+
+
+def test_queued_items_round_trip_and_are_described() -> None:
+    from seqkeeper.processors.envelope import parse
+    from seqkeeper.processors.resequencer import GapSkipped
+
+    message = parse(b"k", b'{"messageId":"m1","seq":1,"type":"t"}')
+    for item in (message, GapSkipped("k", 2, 5)):
+        raw = codecs.encode_queued(item)
+        assert codecs.decode_queued("k", raw) == item
+        family, key, _, _ = codecs.describe(codecs.queued_key("k", 1), raw)
+        assert (family, key) == ("queued", "k")
+    assert codecs.describe(codecs.processed_key("k"), codecs.encode_processed(3, b"[1]"))[3] == (
+        '{"cursor":3,"state":[1]}'
+    )

@@ -1,0 +1,183 @@
+"""Ordered processor: a user's function over each key's messages, once each,
+in sequence order, with durable per-key state and an outbox.
+
+After the Idempotent Receiver and the Resequencer, every released message
+(and every gap given up, as a ``seqkeeper.GapSkipped`` message) reaches the
+user's ``fn(state, message) -> (new_state, outputs)``. ``state`` is ``None``
+for a new key, else the JSON value ``fn`` last returned. The outputs get
+deterministic messageIds, ``<input messageId>:<n>``, and are stored with the
+new state before they are produced (an outbox): a message is processed
+once, and after a crash its stored outputs are produced again byte for
+byte, so ``fn`` need not be deterministic.
+
+This module is the pure part: the message ``fn`` sees (:func:`message_of`),
+checking and encoding what it returns (:func:`results`), the dead letter of
+a message it kept failing on (:func:`dead_letter`), and the cursor rule
+(:func:`is_done`). Running ``fn`` (sync or async, timeouts, retries on a
+timer) is the shell's (:mod:`seqkeeper.topologies.processing`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Union
+
+import orjson
+
+from seqkeeper.processors.dead_letter import dead_letter_headers
+from seqkeeper.processors.resequencer import GAP_SKIPPED, Emission, GapSkipped
+
+__all__ = [
+    "GAP_SKIPPED",
+    "PROCESSOR_FAILED",
+    "InvalidResult",
+    "Message",
+    "Output",
+    "Processor",
+    "dead_letter",
+    "is_done",
+    "last_seq",
+    "message_of",
+    "results",
+]
+
+#: The dead-letter reason of a message the processor kept failing on.
+PROCESSOR_FAILED = "processor-failed"
+
+#: What the shell queues for an output record: (role, key, value, headers).
+OutRecord = tuple[str, bytes, bytes, list[tuple[str, bytes]] | None]
+
+
+@dataclass(frozen=True)
+class Message:
+    """A message as an ordered processor sees it.
+
+    ``body`` is the whole JSON object of the input value (``data`` is its
+    ``data`` field). A gap given up arrives as ``type ==
+    "seqkeeper.GapSkipped"`` with ``data == {"from": a, "to": b}`` and
+    ``seq == a``."""
+
+    key: str
+    seq: int
+    message_id: str
+    type: str
+    data: Any
+    body: Mapping[str, Any] = field(repr=False)
+
+
+@dataclass(frozen=True)
+class Output:
+    """An output with more than a value: its ``type``, another Kafka
+    ``key`` (default: the input's key) or ``headers``. A plain JSON value
+    in ``outputs`` is ``Output(value)``."""
+
+    data: Any
+    type: str | None = None
+    key: str | None = None
+    headers: Sequence[tuple[str, str | bytes]] = ()
+
+
+#: The user's function: sync, or async (awaited with a timeout).
+Processor = Callable[
+    [Any, Message],
+    Union[tuple[Any, Sequence[Any]], Awaitable[tuple[Any, Sequence[Any]]]],
+]
+
+
+class InvalidResult(TypeError):
+    """``fn`` returned something seqkeeper cannot store or produce."""
+
+
+def last_seq(item: Emission) -> int:
+    """The last sequence an emission covers (a gap covers a range)."""
+    return item.last if isinstance(item, GapSkipped) else item.seq
+
+
+def is_done(item: Emission, cursor: int) -> bool:
+    """Whether ``item`` was processed already: the key's cursor (the last
+    sequence processed, 0 for none) is at or past it. Items reach the
+    processor in sequence order, so one number per key is the whole
+    record of what was processed."""
+    return last_seq(item) <= cursor
+
+
+def message_of(key: str, item: Emission) -> Message:
+    """The :class:`Message` ``fn`` sees for a released item."""
+    body = orjson.loads(item.value)
+    if isinstance(item, GapSkipped):
+        return Message(key, item.first, item.message_id, GAP_SKIPPED, body["data"], body)
+    return Message(key, item.seq, item.message_id, item.type, body.get("data"), body)
+
+
+def results(message: Message, result: Any) -> tuple[bytes, list[OutRecord]]:
+    """Check what ``fn`` returned for ``message`` and encode it: the new
+    state as JSON, and the output records (role ``"processed"``) with their
+    messageIds. Raises :class:`InvalidResult` saying what is wrong."""
+    if not isinstance(result, tuple) or len(result) != 2:
+        raise InvalidResult(
+            f"the processor must return (new_state, outputs), got {type(result).__name__}"
+        )
+    state, outputs = result
+    try:
+        encoded_state = orjson.dumps(state)
+    except TypeError as exc:
+        raise InvalidResult(f"the new state is not JSON-serialisable: {exc}") from None
+    if outputs is None:
+        outputs = ()
+    if isinstance(outputs, (str, bytes, Mapping)) or not isinstance(outputs, Sequence):
+        raise InvalidResult(f"outputs must be a list, got {type(outputs).__name__}")
+    records: list[OutRecord] = []
+    for n, item in enumerate(outputs, 1):
+        out = item if isinstance(item, Output) else Output(item)
+        mid = f"{message.message_id}:{n}"
+        body: dict[str, Any] = {
+            "messageId": mid,
+            "causationId": message.message_id,
+            "key": message.key,
+            "seq": message.seq,
+        }
+        if out.type is not None:
+            body["type"] = out.type
+        body["data"] = out.data
+        try:
+            value = orjson.dumps(body)
+        except TypeError as exc:
+            raise InvalidResult(f"output {n} is not JSON-serialisable: {exc}") from None
+        key = message.key if out.key is None else out.key
+        if not isinstance(key, str) or not key:
+            raise InvalidResult(f"output {n}: key must be a non-empty string, got {key!r}")
+        headers = [
+            (name, h.encode() if isinstance(h, str) else bytes(h)) for name, h in out.headers
+        ]
+        records.append(("processed", key.encode(), value, headers or None))
+    return encoded_state, records
+
+
+def describe_error(exc: BaseException) -> tuple[str, str]:
+    """An exception's class name and a one-line text for dead-letter headers."""
+    cls = f"{type(exc).__module__}.{type(exc).__qualname__}"
+    text = str(exc)
+    return cls, f"{cls}: {text}" if text else cls
+
+
+def dead_letter(
+    key: str,
+    item: Emission,
+    error: str,
+    exception_class: str,
+    attempts: int,
+    origin: tuple[str, int, int],
+) -> OutRecord:
+    """The dead letter of a message ``fn`` failed on ``attempts`` times:
+    the input value as is, the reason and the last error in headers.
+    ``origin``: input topic, partition and offset (``-1``: not known)."""
+    detail = f"processor failed {attempts} times; last error: {error}"
+    headers = dead_letter_headers(
+        PROCESSOR_FAILED, detail, *origin, exception_class=exception_class
+    )
+    headers.append(("seqkeeper.attempts", str(attempts).encode()))
+    headers.append(
+        ("seqkeeper.seq", str(item.first if isinstance(item, GapSkipped) else item.seq).encode())
+    )
+    return ("dlq", key.encode(), item.value, headers)

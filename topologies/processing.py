@@ -1,0 +1,374 @@
+"""The ordered processor's shell: runs the user's function on what the
+Resequencer releases, stores its state and outputs, and queues the outputs.
+
+Per key, each released item (a message, or a gap given up) reaches ``fn``
+once, in sequence order (:mod:`processors.processor`). The key's record
+(``P``: the cursor, the last sequence processed, and ``fn``'s state) is the
+commit record of a processing step, and what one step writes goes out in
+one write, in this order: the outputs (``O``, the processor's outbox),
+the key's record, the deletion of the queued item (``Q``). A crash that
+cuts a step leaves a prefix: without the record, the item is processed
+again (its outputs never left: they are produced only after the state
+behind them is durable; an output entry past the key's cursor is such a
+cut step's, and is deleted, not produced); with it, the item counts as
+processed, whatever the replayed input says.
+
+Where the Resequencer's step and the processor meet:
+
+* **A sync function, nothing queued for the key**: ``fn`` runs at once, in
+  the step, and its writes go before the Resequencer's (so a released
+  message is never without its processing, or its queue entry).
+* **An async function, a key with queued items, or a failure**: the items
+  are queued (``Q``, before the Resequencer's writes), and
+  :meth:`ProcessorStage.drain` runs them: the runtime awaits it before the
+  next fetch. Each result is written in one synchronous block after the
+  await, so an outbox take never sees half of one.
+
+A failure (an exception, a result that cannot be stored, an async call past
+the handler timeout) holds the key back and is retried on the timer with
+the command handlers' attempts and backoff; the key's later messages wait
+in its queue, other keys go on. After the last attempt the message goes to
+the dead-letter topic with the error in headers (stored in ``O`` like an
+output, so it too is produced once and identically), and the key goes on.
+
+After an assignment, queued items are run and stored outputs not confirmed
+are produced again (:meth:`ProcessorStage.on_assigned`), byte for byte.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import inspect
+import logging
+import math
+import time
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import orjson
+from prometheus_client import Counter
+
+from seqkeeper.processors.command import RetryPolicy
+from seqkeeper.processors.processor import (
+    PROCESSOR_FAILED,
+    InvalidResult,
+    Processor,
+    dead_letter,
+    describe_error,
+    is_done,
+    last_seq,
+    message_of,
+    results,
+)
+from seqkeeper.processors.resequencer import Emission, GapSkipped
+from seqkeeper.settings import Settings
+from seqkeeper.state import codecs
+from seqkeeper.state.base import Change, PartitionStore
+from seqkeeper.state.timers import Deadlines
+from seqkeeper.topologies.metrics import Metrics
+
+log = logging.getLogger("seqkeeper.processor")
+
+Slot = tuple[int, str]
+#: A stored output to delete once produced: partition, key, sequence.
+Stored = tuple[int, str, int]
+#: Keys processed at the same time by one drain (each key in order).
+CONCURRENT_KEYS = 64
+
+
+def _first(item: Emission) -> int:
+    return item.first if isinstance(item, GapSkipped) else item.seq
+
+
+class ProcessorStage:
+    """Runs ``fn`` for one topology (see the module docstring).
+
+    ``emit(role, key, value, headers)`` queues an output in the topology's
+    outbox, ``stored(partition, key, seq)`` notes that the next take
+    produces a stored output entry (to delete once confirmed), and
+    ``offset_of(partition, key, message_id)`` finds the input offset of an
+    accepted message (``-1``: not known) for dead-letter headers."""
+
+    def __init__(
+        self,
+        fn: Processor,
+        settings: Settings,
+        store: PartitionStore,
+        emit: Callable[[str, bytes, bytes, Any], None],
+        stored: Callable[[int, str, int], None],
+        offset_of: Callable[[int, str, str], int],
+        metrics: Metrics,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.fn = fn
+        self.is_async = inspect.iscoroutinefunction(fn)
+        timeout = settings.commands.handler_timeout
+        self.timeout = None if math.isinf(timeout) else timeout
+        self.retry = RetryPolicy(
+            settings.commands.command_attempts, settings.commands.command_retry_delay
+        )
+        self.input_topic = settings.ordered.input_topic
+        self.store = store
+        self.emit = emit
+        self.stored = stored
+        self.offset_of = offset_of
+        self.clock = clock
+        self.queues: dict[Slot, collections.deque[Emission]] = {}
+        self.attempts: dict[Slot, int] = {}
+        self.waiting: set[Slot] = set()  # a retry is armed, not yet due
+        self.retries = Deadlines()
+        self.runnable: set[Slot] = set()
+        self.busy: set[Slot] = set()
+        self.owned: set[int] = set()
+        self.epoch = 0  # moves on every revocation and assignment
+        r = metrics.registry
+        self.processed = Counter(
+            "seqkeeper_processor_messages", "Messages the ordered processor processed", registry=r
+        )
+        self.failures = Counter(
+            "seqkeeper_processor_failures",
+            "Failed ordered processor attempts (retried, or dead-lettered at the last)",
+            registry=r,
+        )
+        self.dead_lettered = metrics.dead_lettered
+        self.reemitted = metrics.reemitted
+
+    # -- from the Resequencer's steps --------------------------------------
+    def released(self, partition: int, key: str, items: Sequence[Emission], wall: float) -> None:
+        """``items`` were released for ``key``; called before the step that
+        released them is written."""
+        slot = (partition, key)
+        if slot not in self.queues and not self.is_async:
+            cursor, state = self.load(partition, key)
+            for i, item in enumerate(items):
+                if is_done(item, cursor):
+                    continue
+                ok, result = self.call_sync(state, message_of(key, item))
+                if not self.settle(partition, key, item, ok, result, queued=False, wall=wall):
+                    self.enqueue(slot, items[i:])
+                    return
+                cursor, state = self.load(partition, key)
+            return
+        self.enqueue(slot, items)
+        if slot not in self.waiting:
+            self.runnable.add(slot)
+
+    def enqueue(self, slot: Slot, items: Iterable[Emission]) -> None:
+        partition, key = slot
+        queue = self.queues.setdefault(slot, collections.deque())
+        changes: list[Change] = []
+        for item in items:
+            queue.append(item)
+            changes.append((codecs.queued_key(key, _first(item)), codecs.encode_queued(item), ()))
+        if changes:
+            self.store.write(partition, changes)
+
+    def load(self, partition: int, key: str) -> tuple[int, Any]:
+        """The key's cursor and ``fn``'s state (decoded afresh: ``fn`` may
+        change the object it was given)."""
+        cursor, raw = codecs.decode_processed(self.store.get(partition, codecs.processed_key(key)))
+        return cursor, None if raw is None else orjson.loads(raw)
+
+    # -- running fn ----------------------------------------------------------
+    def call_sync(self, state: Any, message: Any) -> tuple[bool, Any]:
+        try:
+            result = self.fn(state, message)
+        except Exception as exc:  # noqa: BLE001 - the user's failure, retried
+            return False, exc
+        if inspect.isawaitable(result):
+            close = getattr(result, "close", None)
+            if close is not None:
+                close()
+            return False, InvalidResult("the processor returned an awaitable: make it async def")
+        return True, result
+
+    async def call(self, state: Any, message: Any) -> tuple[bool, Any]:
+        if not self.is_async:
+            return self.call_sync(state, message)
+        try:
+            result = await asyncio.wait_for(self.fn(state, message), self.timeout)  # type: ignore[arg-type]
+        except TimeoutError:
+            return False, TimeoutError(
+                f"the processor ran past SEQKEEPER_HANDLER_TIMEOUT ({self.timeout:g} s)"
+            )
+        except Exception as exc:  # noqa: BLE001 - the user's failure, retried
+            return False, exc
+        return True, result
+
+    def settle(
+        self,
+        partition: int,
+        key: str,
+        item: Emission,
+        ok: bool,
+        result: Any,
+        queued: bool,
+        wall: float,
+    ) -> bool:
+        """Write and queue what one run of ``fn`` on ``item`` came to, in one
+        block; whether the key may go on (``False``: a retry is armed)."""
+        slot = (partition, key)
+        cursor, _ = self.load(partition, key)
+        if ok:
+            try:
+                state, records = results(message_of(key, item), result)
+            except InvalidResult as exc:
+                ok, result = False, exc
+        if not ok:
+            self.failures.inc()
+            attempts = self.attempts.get(slot, 0) + 1
+            cls, error = describe_error(result)
+            if attempts < self.retry.attempts:
+                self.attempts[slot] = attempts
+                self.waiting.add(slot)
+                self.retries.arm(partition, key, wall + self.retry.delay(attempts))
+                log.warning(
+                    "processor failed on key=%s seq=%s (attempt %d of %d): %s",
+                    key, _first(item), attempts, self.retry.attempts, error,
+                )  # fmt: skip
+                return False
+            offset = (
+                -1
+                if isinstance(item, GapSkipped)
+                else self.offset_of(partition, key, item.message_id)
+            )
+            records = [
+                dead_letter(key, item, error, cls, attempts, (self.input_topic, partition, offset))
+            ]
+            raw = self.store.get(partition, codecs.processed_key(key))
+            state = codecs.decode_processed(raw)[1] or b"null"
+            self.dead_lettered.labels(PROCESSOR_FAILED).inc()
+            log.error(
+                "processor gave up on key=%s seq=%s: dead-lettered: %s", key, _first(item), error
+            )
+        self.attempts.pop(slot, None)
+        seq = _first(item)
+        changes: list[Change] = []
+        if records:
+            changes.append((codecs.outputs_key(key, seq), codecs.encode_outs(records), ()))
+        changes.append(
+            (
+                codecs.processed_key(key),
+                codecs.encode_processed(max(cursor, last_seq(item)), state),
+                (),
+            )
+        )
+        if queued:
+            changes.append((codecs.queued_key(key, seq), None, ()))
+        self.store.write(partition, changes)
+        for role, kbytes, value, headers in records:
+            self.emit(role, kbytes, value, headers)
+        if records:
+            self.stored(partition, key, seq)
+        self.processed.inc()
+        return True
+
+    # -- the queue -------------------------------------------------------------
+    def pending(self) -> Any:
+        """The awaitable that runs the queued items now runnable, if any."""
+        return self.drain() if self.runnable - self.busy else None
+
+    async def drain(self) -> None:
+        """Run the runnable keys' queues (each key in order, up to
+        :data:`CONCURRENT_KEYS` keys at a time) until none is left."""
+        epoch = self.epoch
+        while self.epoch == epoch:
+            slots = sorted(self.runnable - self.busy)
+            if not slots:
+                return
+            self.runnable.difference_update(slots)
+            for start in range(0, len(slots), CONCURRENT_KEYS):
+                await asyncio.gather(
+                    *(self.run_key(slot, epoch) for slot in slots[start : start + CONCURRENT_KEYS])
+                )
+                if self.epoch != epoch:
+                    return
+
+    async def run_key(self, slot: Slot, epoch: int) -> None:
+        partition, key = slot
+        self.busy.add(slot)
+        try:
+            while slot not in self.waiting:
+                queue = self.queues.get(slot)
+                if not queue:
+                    self.queues.pop(slot, None)
+                    return
+                item = queue[0]
+                cursor, state = self.load(partition, key)
+                if is_done(item, cursor):  # processed before a crash cut its deletion
+                    self.store.write(partition, [(codecs.queued_key(key, _first(item)), None, ())])
+                    queue.popleft()
+                    continue
+                ok, result = await self.call(state, message_of(key, item))
+                if self.epoch != epoch or partition not in self.owned:
+                    return  # reassigned meanwhile: the queue entry is still stored
+                if not self.settle(
+                    partition, key, item, ok, result, queued=True, wall=self.clock()
+                ):
+                    return
+                queue.popleft()
+        finally:
+            self.busy.discard(slot)
+
+    # -- timers and assignments ------------------------------------------------
+    def on_tick(self, wall: float) -> Any:
+        """Retries that are due; the awaitable that runs them, if any."""
+        for partition in sorted(self.owned):
+            for key in self.retries.due(partition, wall):
+                slot = (partition, key)
+                if slot in self.waiting:
+                    self.waiting.discard(slot)
+                    self.runnable.add(slot)
+        return self.pending()
+
+    def on_revoked(self) -> None:
+        self.epoch += 1  # a drain under way stops at its next await
+
+    def on_assigned(self, partitions: set[int]) -> int:
+        """Rebuild the queues from ``Q``; produce again the stored outputs
+        (``O``) not confirmed. How many outputs are produced again."""
+        self.epoch += 1
+        self.owned = set(partitions)
+        self.queues.clear()
+        self.attempts.clear()
+        self.waiting.clear()
+        self.retries = Deadlines()
+        self.runnable.clear()
+        self.busy.clear()
+        again = 0
+        for partition in sorted(partitions):
+            for store_key, raw in self.store.items(partition, codecs.QUEUED):
+                key = codecs.key_of(store_key)
+                slot = (partition, key)
+                self.queues.setdefault(slot, collections.deque()).append(
+                    codecs.decode_queued(key, raw)
+                )
+                self.runnable.add(slot)
+            stale: list[Change] = []
+            for store_key, raw in self.store.items(partition, codecs.OUTPUTS):
+                key, seq = codecs.key_of(store_key), codecs.buffer_seq(store_key)
+                if seq > self.load(partition, key)[0]:  # its step was cut before its record
+                    stale.append((store_key, None, ()))
+                    continue
+                for role, kbytes, value, headers in codecs.decode_outs(raw):
+                    self.emit(role, kbytes, value, headers)
+                    again += 1
+                self.stored(partition, key, seq)
+            if stale:
+                self.store.write(partition, stale)
+        if again:
+            self.reemitted.labels("processed").inc(again)
+            log.warning("emitting %d unconfirmed processor outputs again", again)
+        return again
+
+    def confirm(self, stored: Iterable[Stored]) -> None:
+        """Stored outputs are durable downstream: delete them."""
+        by_partition: dict[int, list[Change]] = {}
+        for partition, key, seq in stored:
+            if partition in self.owned:
+                by_partition.setdefault(partition, []).append(
+                    (codecs.outputs_key(key, seq), None, ())
+                )
+        for partition, changes in by_partition.items():
+            self.store.write(partition, changes)
