@@ -3,6 +3,9 @@
 The one import name of the project. Users' command handlers import
 :class:`Registry`, :class:`Command`, :class:`Event` and :class:`DomainError`
 from here, and the worker loads them by name (``--handlers mypkg.mod:registry``).
+An ordered processor (``--processor mypkg.mod:fn``) is a function of
+``(state, message)``; it sees :class:`Message` (a gap given up as type
+:data:`GAP_SKIPPED`) and may return :class:`Output` records.
 
 Its parts, from the bottom up:
 
@@ -20,8 +23,18 @@ Its parts, from the bottom up:
 """
 
 from seqkeeper.processors.command import Command, DomainError, Event, Registry
+from seqkeeper.processors.processor import GAP_SKIPPED, Message, Output
 
 __version__ = "0.1.0"
 
-#: The public API: what a user's command handlers import.
-__all__ = ["Command", "DomainError", "Event", "Registry", "__version__"]
+#: The public API: what a user's command handlers and ordered processors import.
+__all__ = [
+    "GAP_SKIPPED",
+    "Command",
+    "DomainError",
+    "Event",
+    "Message",
+    "Output",
+    "Registry",
+    "__version__",
+]

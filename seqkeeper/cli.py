@@ -123,6 +123,9 @@ def worker(
     log_level: Annotated[Optional[str], flag("log_level")] = None,
     topology: Annotated[Optional[str], flag("topology")] = None,
     handlers: Annotated[Optional[str], flag("handlers")] = None,
+    processor: Annotated[Optional[str], flag("processor")] = None,
+    processed_topic: Annotated[Optional[str], flag("processed_topic")] = None,
+    handler_timeout: Annotated[Optional[float], flag("handler_timeout", min=0)] = None,
     broker_wait: Annotated[Optional[float], flag("broker_wait", min=0)] = None,
 ) -> None:
     """Run the long-running worker (Ctrl-C or SIGTERM stops it gracefully)."""
@@ -143,6 +146,9 @@ def worker(
         session_timeout=session_timeout,
         topology=topology,
         handlers=handlers,
+        processor=processor,
+        processed_topic=processed_topic,
+        handler_timeout=handler_timeout,
         broker_wait=broker_wait,
     )
     try:

@@ -11,6 +11,7 @@ and what went wrong: the CLI prints it as one line.
 from __future__ import annotations
 
 import importlib
+import inspect
 import os
 import sys
 from typing import Any
@@ -66,3 +67,18 @@ def load_registry(spec: str, setting: str = VARS["handlers"].env) -> Registry:
     if not registry.handlers:
         raise PluginError(f"{setting}={spec!r}: the registry has no handlers")
     return registry
+
+
+def load_processor(spec: str, setting: str = VARS["processor"].env) -> Any:
+    """The ordered processor ``spec`` names: a function of ``(state,
+    message)``, sync or ``async def``."""
+    fn = load(spec, setting)
+    if not callable(fn):
+        raise PluginError(f"{setting}={spec!r}: is a {type(fn).__name__}, not a function")
+    try:
+        inspect.signature(fn).bind(None, None)
+    except TypeError:
+        raise PluginError(f"{setting}={spec!r}: must take two arguments (state, message)") from None
+    except ValueError:  # no signature to check (a builtin): called as it is
+        pass
+    return fn

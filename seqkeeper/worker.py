@@ -24,7 +24,7 @@ from seqkeeper.broker import (
     free_port,
     port_is_free,
 )
-from seqkeeper.plugins import PluginError, load_registry
+from seqkeeper.plugins import PluginError, load_processor, load_registry
 from seqkeeper.processors.command import Registry
 from seqkeeper.runtime.protocol import Wiring
 from seqkeeper.settings import EXAMPLE_HANDLERS, Settings
@@ -100,10 +100,15 @@ def run_worker(settings: Settings) -> None:
     from seqkeeper.runtime.task import LocalState
     from seqkeeper.topologies import commands, ordered
 
-    wiring: Callable[[Settings], Wiring] = ordered.wiring
+    # the user's code is loaded before any broker: a bad name fails fast
+    wiring: Callable[[Settings], Wiring]
     if settings.runtime.topology == "commands":
-        # before any broker: a bad name fails fast
         wiring = functools.partial(commands.wiring, registry=handlers_of(settings))
+    else:
+        processor = (
+            load_processor(settings.ordered.processor) if settings.ordered.processor else None
+        )
+        wiring = functools.partial(ordered.wiring, processor=processor)
 
     with broker_for(settings) as settings:
         settings.runtime.data_dir.mkdir(parents=True, exist_ok=True)

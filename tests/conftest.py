@@ -94,6 +94,7 @@ def names() -> Iterator[dict[str, str]]:
         "deduped_topic": f"deduped-{tag}",
         "dlq_topic": f"dlq-{tag}",
         "late_topic": f"late-{tag}",
+        "processed_topic": f"processed-{tag}",
         "command_topic": f"cmd-{tag}",
         "events_topic": f"ev-{tag}",
         "command_dlq_topic": f"cdlq-{tag}",

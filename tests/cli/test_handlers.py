@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from seqkeeper import Registry
-from seqkeeper.plugins import PluginError, load_registry
+from seqkeeper.plugins import PluginError, load_processor, load_registry
 from tests.user.project import write_project
 
 SCRIPT = str(Path(sys.executable).parent / "seqkeeper")
@@ -100,3 +100,46 @@ def test_the_installed_command_imports_the_project_it_runs_in(tmp_path: Path) ->
     assert done.returncode == 1, done.stderr
     assert "SEQKEEPER_HANDLERS" not in done.stderr
     assert "127.0.0.1:1" in done.stderr
+
+
+# -- an ordered processor (--processor module:function, SEQKEEPER_PROCESSOR) ----
+
+
+def test_a_processor_is_loaded_by_name_sync_or_async(project: Path) -> None:
+    import inspect
+
+    assert callable(load_processor("ledger.balances:apply"))
+    assert inspect.iscoroutinefunction(load_processor("ledger.balances:apply_async"))
+
+
+@pytest.mark.parametrize(
+    ("spec", "says"),
+    [
+        ("ledger.balances", "expected module:attribute"),
+        ("ledger.balances:nothing", "module 'ledger.balances' has no attribute 'nothing'"),
+        ("ledger.handlers:registry", "is a Registry, not a function"),
+        ("ledger.balances:DELAY", "is a float, not a function"),
+        ("ledger.one:fn", "must take two arguments (state, message)"),
+    ],
+)
+def test_a_processor_that_cannot_be_loaded_is_named(project: Path, spec: str, says: str) -> None:
+    (project / "ledger" / "one.py").write_text("def fn(message):\n    return None, []\n")
+    with pytest.raises(PluginError) as caught:
+        load_processor(spec)
+    assert str(caught.value).startswith(f"SEQKEEPER_PROCESSOR={spec!r}: ")
+    assert says in str(caught.value)
+
+
+def test_the_worker_names_a_bad_processor_in_one_line(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [SCRIPT, "worker", "--processor", "nosuch:fn"],
+        cwd=tmp_path,
+        env={k: v for k, v in os.environ.items() if not k.startswith(("SEQKEEPER_", "KAFKA_"))},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.strip() == (
+        f"error: SEQKEEPER_PROCESSOR='nosuch:fn': no module named 'nosuch' (from {tmp_path})"
+    )

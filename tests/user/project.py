@@ -51,12 +51,51 @@ print(json.dumps({"success": reply.success, "message": reply.message, "data": re
 """
 
 
+#: An ordered processor: the balance per account from its postings (the
+#: demo workload's ``data.amount``), in sequence order. Not deterministic on
+#: purpose (a random nonce in every output): identical copies after a crash
+#: show that stored outputs were produced again, not computed again.
+#: ``apply`` is sync, ``apply_async`` the same as ``async def``; each takes
+#: ``LEDGER_DELAY`` seconds (so a test can kill the worker mid-processing).
+BALANCES = """
+import asyncio
+import os
+import random
+import time
+
+DELAY = float(os.environ.get("LEDGER_DELAY", "0"))
+
+from seqkeeper import GAP_SKIPPED, Message, Output
+
+
+def _apply(state, message: Message):
+    state = state or {"balance": 0, "last": 0}
+    if message.type == GAP_SKIPPED:
+        last = message.data["to"]
+        return {**state, "last": last}, [Output({"skipped": message.data}, type="GapNoted")]
+    balance = state["balance"] + message.data["amount"]
+    out = {"balance": balance, "previous": state["last"], "nonce": random.random()}
+    return {"balance": balance, "last": message.seq}, [out]
+
+
+async def apply_async(state, message: Message):
+    await asyncio.sleep(DELAY)
+    return _apply(state, message)
+
+
+def apply(state, message: Message):
+    time.sleep(DELAY)
+    return _apply(state, message)
+"""
+
+
 def write_project(root: Path) -> Path:
-    """``root/ledger/`` with ``handlers.py`` (``registry``) and ``ask.py``;
-    returns ``root``."""
+    """``root/ledger/`` with ``handlers.py`` (``registry``), ``ask.py`` and
+    ``balances.py`` (an ordered processor); returns ``root``."""
     package = root / "ledger"
     package.mkdir(parents=True)
     (package / "__init__.py").write_text("")
     (package / "handlers.py").write_text(HANDLERS)
     (package / "ask.py").write_text(ASK)
+    (package / "balances.py").write_text(BALANCES)
     return root
