@@ -64,7 +64,9 @@ def exact_ends(bootstrap: str, topics: list[str]) -> dict[str, dict[str, int]]:
     return ends
 
 
-_MESSAGE_FAMILIES = {"entity", "receipt"}
+#: Families whose decoded text holds users' data as a whole (sealed whole when an
+#: audit key is set); the buffer's messages are sealed field by field instead.
+_MESSAGE_FAMILIES = {"entity", "receipt", "processed", "queued", "outputs"}
 
 
 def decoder(topic: str) -> Callable[[bytes, bytes], tuple[str, str, str | None, str | None]] | None:
