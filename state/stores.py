@@ -160,6 +160,17 @@ class Stores:
             self._keep(slot, found)
         return found
 
+    def peek(self, partition: int, key: str) -> tuple[KeyState, SeenWindow] | None:
+        """A key's state as :meth:`load` gives it (``None``: never stored),
+        for a reader beside the processing (a state query). Nothing is kept:
+        :meth:`load` keeping it could evict the busy keys' states, or settle
+        (write) them when the cache is full, on a read."""
+        found = self._states.get((partition, key))
+        if found is not None:  # (newer than the store by a confirmation)
+            return found
+        raw = self.state.get(partition, codecs.key_state_key(key))
+        return None if raw is None else codecs.decode_key_state(raw)
+
     def _keep(self, slot: Slot, state: tuple[KeyState, SeenWindow]) -> None:
         states = self._states
         if len(states) >= self.keep and slot not in states:

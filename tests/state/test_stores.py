@@ -57,6 +57,18 @@ def test_a_step_is_written_at_once_deletions_first_and_read_back_from_memory() -
     assert store.log == []  # no lookup
 
 
+def test_a_peek_keeps_nothing_and_tells_a_key_never_stored() -> None:
+    store = LogStore()
+    stores = Stores(store)
+    assert stores.peek(0, "k") is None
+    assert store.log == [("get", 0, codecs.key_state_key("k"))] and not stores._states
+    stores.save(0, "k", Step(KeyState(2)), SeenWindow(0, 1))
+    stores.confirm(0, "k", Step(KeyState(2, confirmed=2)), SeenWindow(0, 1))
+    store.log.clear()
+    assert stores.peek(0, "k") == (KeyState(2, confirmed=2), SeenWindow(0, 1))  # (in memory)
+    assert store.log == []
+
+
 def test_the_buffer_finds_messages_saved_here_without_a_parse_and_never_a_deleted_one() -> None:
     store = LogStore()
     stores = Stores(store)
@@ -154,6 +166,10 @@ def test_loads_give_the_newest_state_and_the_store_lags_only_by_confirmations(
             pending.clear()
         assert len(stores._states) <= keep
         for s, want in newest.items():
+            kept = dict(stores._states)
+            peeked = stores.peek(*s)  # a state query's read: the same, nothing kept
+            assert peeked == want or (peeked is None and want == (KeyState(), SeenWindow()))
+            assert stores._states == kept
             assert stores.load(*s) == want
             assert stored(store, *s) in possible[s]
 
