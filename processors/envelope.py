@@ -9,8 +9,9 @@ through unchanged because the original bytes are what we emit.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from datetime import datetime
-from typing import Any, NoReturn
+from typing import Any, NoReturn, Protocol
 
 import orjson
 
@@ -45,9 +46,14 @@ class InvalidMessage(ValueError):
         self.detail = detail
 
 
+#: A record's headers as the broker gives them: (name, bytes) pairs, in order.
+Headers = tuple[tuple[str, bytes], ...]
+
+
 @value
 class Message:
-    """A valid input message. ``value`` is the original bytes, emitted as is."""
+    """A valid input message. ``value`` is the original bytes and
+    ``headers`` the original headers, emitted as they are."""
 
     key: str
     message_id: str
@@ -56,15 +62,57 @@ class Message:
     value: bytes
     #: Event time in seconds, when a time field is configured and present.
     event_time: float | None = None
+    headers: Headers = ()
 
 
-def parse(key: bytes | None, value: bytes | None, time_field: tuple[str, ...] = ()) -> Message:
+class Codec(Protocol):
+    """How record values are read: bytes to a document (a mapping for a
+    valid message). JSON is built in; a user's codec (Avro, Protobuf, …)
+    is named by ``SEQKEEPER_CODEC``. ``decode`` raises ``ValueError`` (or
+    a subclass) for bytes it cannot read."""
+
+    def decode(self, value: bytes) -> Any: ...
+
+
+@value
+class Shape:
+    """Where a message's key, sequence and messageId are. A path is a
+    field of the value (dotted in the settings); a header name takes the
+    header's value (an integer in ASCII, for the sequence) instead. An
+    empty key path means the Kafka key."""
+
+    key_path: tuple[str, ...] = ()
+    seq_path: tuple[str, ...] = ("seq",)
+    seq_header: str = ""
+    id_path: tuple[str, ...] = ("messageId",)
+    id_header: str = ""
+    codec: Codec | None = None  # None: JSON
+
+    @property
+    def is_default(self) -> bool:
+        return self == DEFAULT_SHAPE
+
+
+DEFAULT_SHAPE = Shape()
+
+
+def parse(
+    key: bytes | None,
+    value: bytes | None,
+    time_field: tuple[str, ...] = (),
+    shape: Shape = DEFAULT_SHAPE,
+    headers: Headers = (),
+) -> Message:
     """Validate a record; raise :class:`InvalidMessage` naming what is wrong.
 
     ``time_field``: the path of an optional event-time field (for example
     ``("metadata", "timestamp")``): epoch milliseconds (a number) or an
     ISO-8601 string with a UTC offset. Missing: ``event_time`` is ``None``;
-    present but not a time: an ``invalid-field`` error."""
+    present but not a time: an ``invalid-field`` error. ``shape``: where
+    the key, sequence and messageId are (the default: the Kafka key and
+    the ``seq`` and ``messageId`` fields, with ``type`` required)."""
+    if shape is not DEFAULT_SHAPE and not shape.is_default:
+        return _parse_shaped(key, value, time_field, shape, headers)
     if key is None or key == b"":
         raise InvalidMessage(Reason.MISSING_KEY, "the Kafka key (the sequence key) is empty")
     try:
@@ -99,7 +147,105 @@ def parse(key: bytes | None, value: bytes | None, time_field: tuple[str, ...] = 
     if metadata is not None and not isinstance(metadata, dict):
         raise InvalidMessage(Reason.INVALID_FIELD, f"metadata must be an object, got {metadata!r}")
     event_time = _event_time(doc, time_field) if time_field else None
-    return Message(skey, message_id, seq, mtype, value, event_time)
+    return Message(skey, message_id, seq, mtype, value, event_time, headers)
+
+
+def _parse_shaped(
+    key: bytes | None,
+    value: bytes | None,
+    time_field: tuple[str, ...],
+    shape: Shape,
+    headers: Headers,
+) -> Message:
+    if value is None:
+        raise InvalidMessage(Reason.NULL_VALUE, "the value is null (a tombstone)")
+    if shape.codec is None:
+        try:
+            doc: Any = orjson.loads(value)
+        except orjson.JSONDecodeError as exc:
+            text = str(exc)
+            reason = Reason.INVALID_UTF8 if "utf-8" in text.lower() else Reason.INVALID_JSON
+            raise InvalidMessage(reason, f"the value is not valid JSON: {text}") from None
+    else:
+        try:
+            doc = shape.codec.decode(value)
+        except Exception as exc:  # noqa: BLE001 - the user's codec: any failure is a bad record
+            raise InvalidMessage(
+                Reason.INVALID_JSON, f"the value cannot be decoded: {type(exc).__name__}: {exc}"
+            ) from None
+    if not isinstance(doc, Mapping):
+        raise InvalidMessage(
+            Reason.NOT_AN_OBJECT, f"the value is a {type(doc).__name__}; expected an object"
+        )
+    if shape.key_path:
+        found = _dig(doc, shape.key_path, "key")
+        if isinstance(found, int) and not isinstance(found, bool):
+            found = str(found)
+        if not isinstance(found, str) or not found:
+            raise InvalidMessage(
+                Reason.INVALID_KEY,
+                f"key field {'.'.join(shape.key_path)} must be a non-empty string, got {found!r}",
+            )
+        skey = found
+    else:
+        if key is None or key == b"":
+            raise InvalidMessage(Reason.MISSING_KEY, "the Kafka key (the sequence key) is empty")
+        try:
+            skey = key.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise InvalidMessage(Reason.INVALID_KEY, f"the Kafka key is not UTF-8: {exc}") from None
+    if shape.seq_header:
+        raw = _header(headers, shape.seq_header, "seq")
+        try:
+            seq: Any = int(raw.decode("ascii"))
+        except (UnicodeDecodeError, ValueError):
+            raise InvalidMessage(
+                Reason.INVALID_FIELD, f"header {shape.seq_header} must be an integer, got {raw!r}"
+            ) from None
+    else:
+        seq = _dig(doc, shape.seq_path, "seq")
+    if type(seq) is not int or not 1 <= seq <= MAX_SEQ:
+        where = f"header {shape.seq_header}" if shape.seq_header else ".".join(shape.seq_path)
+        raise InvalidMessage(
+            Reason.INVALID_FIELD, f"{where} must be an integer from 1 to {MAX_SEQ}, got {seq!r}"
+        )
+    if shape.id_header:
+        raw = _header(headers, shape.id_header, "messageId")
+        try:
+            message_id: Any = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            message_id = None
+    else:
+        message_id = _dig(doc, shape.id_path, "messageId")
+    if not isinstance(message_id, str) or not message_id:
+        where = f"header {shape.id_header}" if shape.id_header else ".".join(shape.id_path)
+        raise InvalidMessage(
+            Reason.INVALID_FIELD, f"{where} must be a non-empty string, got {message_id!r}"
+        )
+    mtype = doc.get("type", "")
+    if not isinstance(mtype, str):
+        raise InvalidMessage(Reason.INVALID_FIELD, f"type must be a string, got {mtype!r}")
+    event_time = _event_time(dict(doc), time_field) if time_field else None
+    return Message(skey, message_id, seq, mtype, value, event_time, headers)
+
+
+def _dig(doc: Mapping[str, Any], path: tuple[str, ...], what: str) -> Any:
+    node: Any = doc
+    for name in path:
+        if not isinstance(node, Mapping) or name not in node:
+            raise InvalidMessage(
+                Reason.MISSING_FIELD, f"the {what} field {'.'.join(path)!r} is missing"
+            )
+        node = node[name]
+    return node
+
+
+def _header(headers: Headers, name: str, what: str) -> bytes:
+    """The last value of header ``name`` (a producer that sets it again means the later)."""
+    for hname, hvalue in reversed(headers):
+        if hname == name:
+            return bytes(hvalue)
+    raise InvalidMessage(Reason.MISSING_FIELD, f"the {what} header {name!r} is missing")
 
 
 def _invalid(doc: dict[str, Any]) -> NoReturn:

@@ -64,6 +64,8 @@ class Message:
     type: str
     data: Any
     body: Mapping[str, Any] = field(repr=False)
+    #: the input record's headers, as they came
+    headers: tuple[tuple[str, bytes], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -102,12 +104,20 @@ def is_done(item: Emission, cursor: int) -> bool:
     return last_seq(item) <= cursor
 
 
-def message_of(key: str, item: Emission) -> Message:
-    """The :class:`Message` ``fn`` sees for a released item."""
-    body = orjson.loads(item.value)
+def message_of(key: str, item: Emission, decode: Callable[[bytes], Any] = orjson.loads) -> Message:
+    """The :class:`Message` ``fn`` sees for a released item (``decode``:
+    the input's codec)."""
     if isinstance(item, GapSkipped):
+        body = orjson.loads(item.value)
         return Message(key, item.first, item.message_id, GAP_SKIPPED, body["data"], body)
-    return Message(key, item.seq, item.message_id, item.type, body.get("data"), body)
+    body = decode(item.value)
+    data = body.get("data") if isinstance(body, Mapping) else None
+    return Message(key, item.seq, item.message_id, item.type, data, body, item.headers)
+
+
+#: Headers an output takes from its input unless it sets them itself: a
+#: W3C trace goes on through the processor.
+TRACE_HEADERS = ("traceparent", "tracestate")
 
 
 def results(message: Message, result: Any) -> tuple[bytes, list[OutRecord]]:
@@ -150,6 +160,8 @@ def results(message: Message, result: Any) -> tuple[bytes, list[OutRecord]]:
         headers = [
             (name, h.encode() if isinstance(h, str) else bytes(h)) for name, h in out.headers
         ]
+        own = {name for name, _ in headers}
+        headers += [(n, h) for n, h in message.headers if n in TRACE_HEADERS and n not in own]
         records.append(("processed", key.encode(), value, headers or None))
     return encoded_state, records
 

@@ -82,3 +82,21 @@ def load_processor(spec: str, setting: str = VARS["processor"].env) -> Any:
     except ValueError:  # no signature to check (a builtin): called as it is
         pass
     return fn
+
+
+def load_codec(spec: str, setting: str = VARS["codec"].env) -> Any:
+    """The value codec ``spec`` names: an object (or class, instantiated
+    without arguments) with ``decode(bytes)``; ``None`` for ``json``."""
+    if spec.strip() in ("", "json"):
+        return None
+    codec = load(spec, setting)
+    if isinstance(codec, type):
+        try:
+            codec = codec()
+        except Exception as e:  # noqa: BLE001 - the user's constructor: say what it raised
+            raise PluginError(
+                f"{setting}={spec!r}: {codec.__name__}() raised {type(e).__name__}: {e}"
+            ) from None
+    if not callable(getattr(codec, "decode", None)):
+        raise PluginError(f"{setting}={spec!r}: has no decode(bytes) method")
+    return codec

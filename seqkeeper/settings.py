@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from seqkeeper.processors.deduplicator import Retention
+from seqkeeper.processors.envelope import DEFAULT_SHAPE, Codec, Shape
 from seqkeeper.processors.resequencer import Policy
 
 T = TypeVar("T")
@@ -427,6 +428,33 @@ class OrderedSettings:
         "Seen messageIds remembered per key.",
         positive_integer,
     )
+    key_field: str = var(
+        "SEQKEEPER_KEY_FIELD",
+        "",
+        "Where a message's sequence key is: empty for the Kafka key, else the dotted path of "
+        "a field of the value (then the input is repartitioned by it through an internal "
+        "topic).",
+    )
+    seq_field: str = var(
+        "SEQKEEPER_SEQ_FIELD", "seq", "The dotted path of the sequence number's field."
+    )
+    seq_header: str = var(
+        "SEQKEEPER_SEQ_HEADER",
+        "",
+        "A header holding the sequence number (ASCII digits) instead of a field.",
+    )
+    message_id_field: str = var(
+        "SEQKEEPER_MESSAGE_ID_FIELD", "messageId", "The dotted path of the messageId's field."
+    )
+    message_id_header: str = var(
+        "SEQKEEPER_MESSAGE_ID_HEADER", "", "A header holding the messageId instead of a field."
+    )
+    codec: str = var(
+        "SEQKEEPER_CODEC",
+        "json",
+        "How input values are read: json, or module:attribute naming an object with "
+        "decode(bytes) -> mapping (e.g. Avro).",
+    )
     processor: str = var(
         "SEQKEEPER_PROCESSOR",
         "",
@@ -460,6 +488,26 @@ class OrderedSettings:
         if any(not part for part in path):
             raise ValueError(f"event time field: bad path {self.event_time_field!r}")
         return path
+
+    def shape(self, codec: Codec | None = None) -> Shape:
+        """Where messages keep their key, sequence and messageId; ``codec``:
+        the user's (loaded by the worker), ``None`` for JSON."""
+
+        def path(name: str, text: str) -> tuple[str, ...]:
+            parts = tuple(text.split(".")) if text else ()
+            if any(not p for p in parts):
+                raise ValueError(f"{VARS[name].env}: bad dotted path {text!r}")
+            return parts
+
+        shape = Shape(
+            key_path=path("key_field", self.key_field),
+            seq_path=path("seq_field", self.seq_field) or ("seq",),
+            seq_header=self.seq_header,
+            id_path=path("message_id_field", self.message_id_field) or ("messageId",),
+            id_header=self.message_id_header,
+            codec=codec,
+        )
+        return DEFAULT_SHAPE if shape == DEFAULT_SHAPE else shape
 
     def retention(self) -> Retention:
         return Retention(max_age=self.seen_max_age, max_per_key=self.seen_max_per_key)

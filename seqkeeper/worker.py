@@ -24,7 +24,7 @@ from seqkeeper.broker import (
     free_port,
     port_is_free,
 )
-from seqkeeper.plugins import PluginError, load_processor, load_registry
+from seqkeeper.plugins import PluginError, load_codec, load_processor, load_registry
 from seqkeeper.processors.command import Registry
 from seqkeeper.runtime.protocol import Wiring
 from seqkeeper.settings import EXAMPLE_HANDLERS, Settings
@@ -108,7 +108,8 @@ def run_worker(settings: Settings) -> None:
         processor = (
             load_processor(settings.ordered.processor) if settings.ordered.processor else None
         )
-        wiring = functools.partial(ordered.wiring, processor=processor)
+        codec = load_codec(settings.ordered.codec)
+        wiring = functools.partial(ordered.wiring, processor=processor, codec=codec)
 
     with broker_for(settings) as settings:
         settings.runtime.data_dir.mkdir(parents=True, exist_ok=True)

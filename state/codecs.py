@@ -12,7 +12,9 @@ entries sort numerically (RocksDB range scans and seeks).
 Families:
 
 * ``s`` + key -> the key state (:func:`encode_key_state`, packed)
-* ``b`` + key + seq -> the original message bytes (the reorder buffer)
+* ``b`` + key + seq -> the original message bytes (the reorder buffer); a
+  message with headers, or read with a configured shape, is packed with
+  its fields (:func:`encode_message`)
 * ``i`` + key + messageId -> FIFO position, time, input offset (seen ids)
 * ``p`` + key + position -> time and messageId (the seen ids' FIFO)
 
@@ -34,7 +36,7 @@ from typing import Any
 import orjson
 
 from seqkeeper.processors.deduplicator import ALL_IDS, UNKNOWN, Seen, SeenWindow
-from seqkeeper.processors.envelope import parse
+from seqkeeper.processors.envelope import Message, parse
 from seqkeeper.processors.resequencer import Emission, GapSkipped, KeyState
 
 KEY_STATE = b"s"
@@ -114,6 +116,54 @@ def decode_seen_position(raw: bytes) -> tuple[str, float]:
     return raw[8:].decode("utf-8"), float(_TIME.unpack(raw[:8])[0])
 
 
+#: The first byte of a packed message (never the first of a JSON text).
+_PACKED = b"\x01"
+_PACKED_HEAD = struct.Struct(">QBd")
+
+
+def encode_message(message: Message, packed: bool = False) -> bytes:
+    """A message as the buffer (and the processor's queue) keep it: its
+    original bytes when they say all (no headers, the default shape),
+    else packed: sequence, event time, messageId, type, headers, bytes."""
+    if not packed and not message.headers:
+        return message.value
+    when = message.event_time
+    parts = [
+        _PACKED,
+        _PACKED_HEAD.pack(message.seq, when is not None, 0.0 if when is None else when),
+        _bytes(message.message_id.encode("utf-8")),
+        _bytes(message.type.encode("utf-8")),
+        _COUNT.pack(len(message.headers)),
+    ]
+    for name, h in message.headers:
+        parts += [_bytes(name.encode("utf-8")), _bytes(bytes(h))]
+    parts.append(message.value)
+    return b"".join(parts)
+
+
+def decode_message(key: str, raw: bytes) -> Message:
+    """What :func:`encode_message` wrote (its original bytes: parsed)."""
+    if raw[:1] != _PACKED:
+        return parse(key.encode("utf-8"), raw)
+    view = memoryview(raw)
+    seq, has_time, when = _PACKED_HEAD.unpack_from(view, 1)
+    at = 1 + _PACKED_HEAD.size
+
+    def take() -> bytes:
+        nonlocal at
+        (n,) = _LEN.unpack_from(view, at)
+        at += 4 + n
+        return bytes(view[at - n : at])
+
+    message_id, mtype = take().decode("utf-8"), take().decode("utf-8")
+    (count,) = _COUNT.unpack_from(view, at)
+    at += 2
+    headers = tuple((take().decode("utf-8"), take()) for _ in range(count))
+    return Message(
+        key, message_id, int(seq), mtype, bytes(view[at:]), when if has_time else None, headers
+    )
+
+
 def processed_key(key: str) -> bytes:
     return PROCESSED + (_prefixes.get(key) or key_prefix(key))
 
@@ -141,19 +191,19 @@ def decode_processed(raw: bytes | None) -> tuple[int, bytes | None]:
 _GAP = struct.Struct(">QQ")
 
 
-def encode_queued(item: Emission) -> bytes:
-    """A released item waiting for the processor: ``m`` + the message's
-    bytes, or ``g`` + the range given up."""
+def encode_queued(item: Emission, packed: bool = False) -> bytes:
+    """A released item waiting for the processor: ``m`` + the message as
+    the buffer keeps it, or ``g`` + the range given up."""
     if isinstance(item, GapSkipped):
         return b"g" + _GAP.pack(item.first, item.last)
-    return b"m" + item.value
+    return b"m" + encode_message(item, packed)
 
 
 def decode_queued(key: str, raw: bytes) -> Emission:
     if raw[:1] == b"g":
         first, last = _GAP.unpack(raw[1:])
         return GapSkipped(key, int(first), int(last))
-    return parse(key.encode("utf-8"), raw[1:])
+    return decode_message(key, raw[1:])
 
 
 _LEN = struct.Struct(">I")
@@ -298,7 +348,8 @@ def describe(store_key: bytes, value: bytes) -> tuple[str, str, str | None, str]
         }
         return "key_state", key, None, orjson.dumps(doc).decode()
     if family == BUFFER:
-        return "buffer", key, str(buffer_seq(store_key)), value.decode("utf-8", "replace")
+        text = decode_message(key, value).value.decode("utf-8", "replace")
+        return "buffer", key, str(buffer_seq(store_key)), text
     n = 5 + int.from_bytes(store_key[1:5], "big")
     if family == SEEN_ID:
         seen = decode_seen_id(value)

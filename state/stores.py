@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 import orjson
 
 from seqkeeper.processors.deduplicator import DedupDecision, Seen, SeenWindow
-from seqkeeper.processors.envelope import Message, parse
+from seqkeeper.processors.envelope import Message
 from seqkeeper.processors.resequencer import KeyState, Step
 from seqkeeper.state import codecs
 from seqkeeper.state.base import Change, PartitionStore
@@ -67,9 +67,9 @@ class ReorderBuffer:
         self.looked_up = (self._key, seq, store_key)
         found = self._held.get(store_key)
         if found is not None and found[0] == self._partition:
-            return Message(self._key, found[1], found[2], found[3], found[4], found[5])
+            return Message(self._key, found[1], found[2], found[3], found[4], found[5], found[6])
         raw = self._store.get(self._partition, store_key)
-        return None if raw is None else parse(self._key.encode("utf-8"), raw)
+        return None if raw is None else codecs.decode_message(self._key, raw)
 
     def first_after(self, seq: int) -> int | None:
         found = self._store.seek(
@@ -126,7 +126,7 @@ Slot = tuple[int, str]  # (partition, key)
 #: ``(partition, key, seq)`` key would be one more tracked tuple per message);
 #: the same store key in another partition replaces it, which only costs
 #: that lookup a store read.
-HeldMessage = tuple[int, str, int, str, bytes, float | None]
+HeldMessage = tuple[int, str, int, str, bytes, float | None, tuple[tuple[str, bytes], ...]]
 
 
 @dataclass
@@ -135,6 +135,9 @@ class Stores:
 
     state: PartitionStore
     keep: int = KEY_STATES_KEPT
+    #: buffer messages with their fields (read with a configured shape:
+    #: their bytes alone do not say their key, sequence or messageId)
+    packed: bool = False
     #: decoded key states, as last written or read
     _states: dict[Slot, tuple[KeyState, SeenWindow]] = field(
         default_factory=dict, init=False, repr=False
@@ -259,7 +262,7 @@ class Stores:
                 store_key = last_get[2]
             else:
                 store_key = codecs.buffer_key(key, put.seq)
-            changes.append((store_key, put.value, ()))
+            changes.append((store_key, codecs.encode_message(put, self.packed), ()))
             held = self._held
             if len(held) >= MESSAGES_HELD:
                 held.clear()
@@ -270,6 +273,7 @@ class Stores:
                 put.type,
                 put.value,
                 put.event_time,
+                put.headers,
             )
         if step.buffer_deletes:  # before the state
             self._delete_buffered(changes, partition, key, step.buffer_deletes)

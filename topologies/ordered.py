@@ -41,7 +41,16 @@ from typing import Any
 from seqkeeper.processors import deduplicator, resequencer
 from seqkeeper.processors.clock import StreamClock
 from seqkeeper.processors.dead_letter import dead_letter_headers
-from seqkeeper.processors.envelope import InvalidMessage, Message, Reason, parse
+from seqkeeper.processors.envelope import (
+    DEFAULT_SHAPE,
+    Codec,
+    Headers,
+    InvalidMessage,
+    Message,
+    Reason,
+    Shape,
+    parse,
+)
 from seqkeeper.processors.processor import Processor
 from seqkeeper.processors.resequencer import Emission, GapSkipped, KeyState, Step
 from seqkeeper.runtime.protocol import Batch, InputRecord, OutboxOwner, Wiring, seconds
@@ -76,12 +85,17 @@ class OrderedTopology(OutboxOwner):
     queues outputs in the outbox (see the module docstring)."""
 
     def __init__(
-        self, settings: Settings, stores: Stores, processor: Processor | None = None
+        self,
+        settings: Settings,
+        stores: Stores,
+        processor: Processor | None = None,
+        shape: Shape = DEFAULT_SHAPE,
     ) -> None:
         self.settings = settings
         self.policy = settings.ordered.resequencer_policy()
         self.retention = settings.ordered.retention()
         self.time_field = settings.ordered.time_field()
+        self.shape = shape
         self.stores = stores
         self.timers = GapTimers()
         self.clocks: dict[int, StreamClock] = {}  # stream time per input partition
@@ -106,6 +120,7 @@ class OrderedTopology(OutboxOwner):
                 self.note_stored,
                 self.offset_of,
                 self.metrics,
+                codec=shape.codec,
             )
 
     # -- input -------------------------------------------------------------
@@ -116,7 +131,16 @@ class OrderedTopology(OutboxOwner):
         processor still has to run for them, if anything."""
         on_record = self.on_record
         for r in records:
-            on_record(partition, r.offset, r.key, r.value, seconds(r.timestamp), wall)
+            headers = r.headers
+            on_record(
+                partition,
+                r.offset,
+                r.key,
+                r.value,
+                seconds(r.timestamp),
+                wall,
+                tuple(headers) if headers else (),
+            )
         return None if self.stage is None else self.stage.pending()
 
     def on_record(
@@ -127,18 +151,20 @@ class OrderedTopology(OutboxOwner):
         value: bytes | None,
         timestamp: float | None,
         wall: float,
+        headers: Headers = (),
     ) -> None:
         """One input record; ``timestamp`` is the record's time in seconds
-        (the stream clock follows it, or the configured event-time field)."""
+        (the stream clock follows it, or the configured event-time field).
+        Its ``headers`` go with it to every output, as they are."""
         self.arrived += 1
         self.processed[partition] = offset
         clock = self.clocks.get(partition, _NO_CLOCK)
         try:
-            message = parse(key, value, self.time_field)
+            message = parse(key, value, self.time_field, self.shape, headers)
         except InvalidMessage as exc:
             self.clocks[partition] = clock.observe(timestamp, wall)
             self.dead_letter(
-                "dlq", key, value, exc.reason, exc.detail, partition, offset, timestamp
+                "dlq", key, value, exc.reason, exc.detail, partition, offset, timestamp, headers
             )
             return
         event_time = timestamp if message.event_time is None else message.event_time
@@ -156,7 +182,7 @@ class OrderedTopology(OutboxOwner):
         )
         if not decision.accepted:
             if decision.replay:  # this very record was accepted before a crash
-                self.emit("deduped", key, value)
+                self.emit("deduped", key, value, headers or None)
                 self.metrics.reemitted.labels("deduped").inc()
             else:
                 self.metrics.duplicates.inc()
@@ -181,7 +207,7 @@ class OrderedTopology(OutboxOwner):
                 )
             if r.route != "drop":
                 self.dead_letter(
-                    r.route, key, value, r.reason, r.detail, partition, offset, timestamp
+                    r.route, key, value, r.reason, r.detail, partition, offset, timestamp, headers
                 )
             return
         if step.emitted:
@@ -190,7 +216,7 @@ class OrderedTopology(OutboxOwner):
             if self.stage is not None:  # (its writes go first)
                 self.stage.released(partition, message.key, step.emitted, wall)
         stores.save(partition, message.key, step, decision.window, decision)
-        self.emit("deduped", key, value)
+        self.emit("deduped", key, value, headers or None)
         self.after(partition, message.key, step, state)
 
     # -- timers ------------------------------------------------------------
@@ -300,7 +326,7 @@ class OrderedTopology(OutboxOwner):
             log.debug("key=%s: confirmed before the crash: %s", key, missing)
         kbytes = key.encode("utf-8")
         for item in items:
-            self.emit("ordered", kbytes, item.value)
+            self.emit("ordered", kbytes, item.value, _headers(item))
         self.metrics.reemitted.labels("ordered").inc(len(items))
         if state.next_expected is not None:
             self.to_confirm(partition, key, state.next_expected, items)
@@ -384,7 +410,7 @@ class OrderedTopology(OutboxOwner):
         if step.emitted:
             kbytes = key.encode("utf-8")
             for item in step.emitted:
-                self.emit("ordered", kbytes, item.value)
+                self.emit("ordered", kbytes, item.value, _headers(item))
                 if isinstance(item, GapSkipped):
                     self.metrics.skipped.inc(item.last - item.first + 1)
                     log.warning("gap skipped key=%s from=%s to=%s", key, item.first, item.last)
@@ -409,19 +435,30 @@ class OrderedTopology(OutboxOwner):
         partition: int,
         offset: int,
         timestamp: float | None,
+        headers: Headers = (),
     ) -> None:
+        """The record as it came (its headers first, as they were), with
+        the reason in headers of its own."""
         millis = None if timestamp is None else int(timestamp * 1000)
-        headers = dead_letter_headers(
+        reasons = dead_letter_headers(
             reason, detail, self.settings.ordered.input_topic, partition, offset, millis
         )
-        self.emit("late" if route == "late" else "dlq", key, value, headers)
+        self.emit("late" if route == "late" else "dlq", key, value, [*headers, *reasons])
         self.metrics.dead_lettered.labels(reason).inc()
         log.info("dead-lettered partition=%s offset=%s reason=%s", partition, offset, reason)
 
 
-def wiring(settings: Settings, processor: Processor | None = None) -> Wiring:
+def _headers(item: Emission) -> Headers | None:
+    """An ordered output's headers: the input's (a gap marker has none)."""
+    return item.headers or None if type(item) is Message else None
+
+
+def wiring(
+    settings: Settings, processor: Processor | None = None, codec: Codec | None = None
+) -> Wiring:
     """How the runtime wires the ordered topology for ``settings``, with the
-    user's ordered ``processor`` if any."""
+    user's ordered ``processor`` and value ``codec`` if any."""
+    shape = settings.ordered.shape(codec)
     topics = {
         "processed": settings.ordered.processed_topic,
         "ordered": settings.ordered.ordered_topic,
@@ -441,7 +478,9 @@ def wiring(settings: Settings, processor: Processor | None = None) -> Wiring:
     return Wiring(
         input_topic=settings.ordered.input_topic,
         table="state",
-        build=lambda store: OrderedTopology(settings, Stores(store), processor),
+        build=lambda store: OrderedTopology(
+            settings, Stores(store, packed=shape is not DEFAULT_SHAPE), processor, shape
+        ),
         output_topic=topics.__getitem__,
         # The reorder buffer's local writes wait in memory: most entries are
         # deleted (confirmed) before they would reach RocksDB.

@@ -50,6 +50,7 @@ import orjson
 from prometheus_client import Counter
 
 from seqkeeper.processors.command import RetryPolicy
+from seqkeeper.processors.envelope import Codec
 from seqkeeper.processors.processor import (
     PROCESSOR_FAILED,
     InvalidResult,
@@ -100,6 +101,7 @@ class ProcessorStage:
         offset_of: Callable[[int, str, str], int],
         metrics: Metrics,
         clock: Callable[[], float] = time.time,
+        codec: Codec | None = None,
     ) -> None:
         self.fn = fn
         self.is_async = inspect.iscoroutinefunction(fn)
@@ -109,6 +111,7 @@ class ProcessorStage:
             settings.commands.command_attempts, settings.commands.command_retry_delay
         )
         self.input_topic = settings.ordered.input_topic
+        self.decode: Callable[[bytes], Any] = orjson.loads if codec is None else codec.decode
         self.store = store
         self.emit = emit
         self.stored = stored
@@ -144,7 +147,7 @@ class ProcessorStage:
             for i, item in enumerate(items):
                 if is_done(item, cursor):
                     continue
-                ok, result = self.call_sync(state, message_of(key, item))
+                ok, result = self.call_sync(state, message_of(key, item, self.decode))
                 if not self.settle(partition, key, item, ok, result, queued=False, wall=wall):
                     self.enqueue(slot, items[i:])
                     return
@@ -160,7 +163,9 @@ class ProcessorStage:
         changes: list[Change] = []
         for item in items:
             queue.append(item)
-            changes.append((codecs.queued_key(key, _first(item)), codecs.encode_queued(item), ()))
+            changes.append(
+                (codecs.queued_key(key, _first(item)), codecs.encode_queued(item, packed=True), ())
+            )
         if changes:
             self.store.write(partition, changes)
 
@@ -212,7 +217,7 @@ class ProcessorStage:
         cursor, _ = self.load(partition, key)
         if ok:
             try:
-                state, records = results(message_of(key, item), result)
+                state, records = results(message_of(key, item, self.decode), result)
             except InvalidResult as exc:
                 ok, result = False, exc
         if not ok:
@@ -300,7 +305,7 @@ class ProcessorStage:
                     self.store.write(partition, [(codecs.queued_key(key, _first(item)), None, ())])
                     queue.popleft()
                     continue
-                ok, result = await self.call(state, message_of(key, item))
+                ok, result = await self.call(state, message_of(key, item, self.decode))
                 if self.epoch != epoch or partition not in self.owned:
                     return  # reassigned meanwhile: the queue entry is still stored
                 if not self.settle(

@@ -120,3 +120,76 @@ def test_the_first_wrong_required_field_is_the_one_named(data: st.DataObject) ->
     missing = fields[first_wrong] is ...
     assert info.value.reason == (Reason.MISSING_FIELD if missing else Reason.INVALID_FIELD)
     assert first_wrong in info.value.detail
+
+
+# -- message shapes: key, sequence and messageId from fields or headers ---------
+
+from seqkeeper.processors.envelope import DEFAULT_SHAPE, Shape  # noqa: E402
+
+
+class KeyValueCodec:
+    """A user's codec: ``a=1;b=x`` text, numbers as integers."""
+
+    def decode(self, value: bytes) -> dict[str, object]:
+        pairs = (part.split("=", 1) for part in value.decode().split(";") if part)
+        return {k: int(v) if v.isdigit() else v for k, v in pairs}
+
+
+class JsonCodec:
+    def decode(self, value: bytes) -> object:
+        return orjson.loads(value)
+
+
+@given(
+    st.text(min_size=1, max_size=8).filter(lambda k: "\x00" not in k),
+    st.integers(1, MAX_SEQ),
+    st.text(min_size=1, max_size=8),
+    st.lists(st.tuples(st.text(max_size=5), st.binary(max_size=5)), max_size=3),
+)
+def test_a_shape_naming_the_default_places_reads_what_the_default_reads(
+    key: str, seq: int, mid: str, headers: list[tuple[str, bytes]]
+) -> None:
+    value = orjson.dumps({"messageId": mid, "seq": seq, "type": "t", "data": {"k": key}})
+    fast = parse(key.encode(), value, headers=tuple(headers))
+    # the same places, spelled out (a codec object makes it a non-default shape)
+    shaped = parse(key.encode(), value, shape=Shape(codec=JsonCodec()), headers=tuple(headers))
+    assert shaped == fast and fast.headers == tuple(headers)
+
+
+def test_key_sequence_and_message_id_from_dotted_fields_and_headers() -> None:
+    value = orjson.dumps({"account": {"id": "acct-7"}, "meta": {"id": "m-1"}, "kind": "x"})
+    headers = (("traceparent", b"00-abc-01"), ("x-seq", b"41"), ("x-seq", b"42"))
+    shape = Shape(key_path=("account", "id"), seq_header="x-seq", id_path=("meta", "id"))
+    m = parse(b"ignored", value, shape=shape, headers=headers)
+    assert (m.key, m.seq, m.message_id, m.type) == ("acct-7", 42, "m-1", "")
+    assert m.value == value and m.headers == headers
+    by_header = Shape(seq_path=("n",), id_header="message-id")
+    m = parse(b"k", b'{"n": 3}', shape=by_header, headers=(("message-id", b"abc"),))
+    assert (m.key, m.seq, m.message_id) == ("k", 3, "abc")
+
+
+@pytest.mark.parametrize(
+    ("shape", "value", "headers", "reason", "says"),
+    [
+        (Shape(key_path=("a", "b")), b'{"a": {}}', (), Reason.MISSING_FIELD, "'a.b' is missing"),
+        (Shape(key_path=("a",)), b'{"a": ""}', (), Reason.INVALID_KEY, "non-empty string"),
+        (Shape(seq_header="s"), b'{"messageId": "m"}', (), Reason.MISSING_FIELD, "header 's'"),
+        (Shape(seq_header="s"), b'{"messageId": "m"}', (("s", b"x"),), Reason.INVALID_FIELD,
+         "header s must be an integer"),
+        (Shape(id_path=("m", "id")), b'{"seq": 1, "m": {"id": 5}}', (), Reason.INVALID_FIELD,
+         "m.id must be a non-empty string"),
+        (Shape(codec=KeyValueCodec()), b"\xff", (), Reason.INVALID_JSON, "cannot be decoded"),
+    ],
+)  # fmt: skip
+def test_a_shape_names_what_is_missing_or_wrong(
+    shape: Shape, value: bytes, headers: tuple[tuple[str, bytes], ...], reason: str, says: str
+) -> None:
+    with pytest.raises(InvalidMessage) as caught:
+        parse(b"k", value, shape=shape, headers=headers)
+    assert caught.value.reason == reason and says in caught.value.detail
+
+
+def test_a_user_codec_reads_the_value() -> None:
+    m = parse(b"k", b"messageId=m9;seq=9;type=Posted", shape=Shape(codec=KeyValueCodec()))
+    assert (m.message_id, m.seq, m.type) == ("m9", 9, "Posted")
+    assert DEFAULT_SHAPE.is_default and not Shape(seq_header="s").is_default

@@ -88,3 +88,36 @@ def test_queued_outputs_are_not_tracked_by_the_garbage_collector() -> None:
     assert len(records) == 3  # two accepted (deduped), one of them released (ordered)
     gc.collect()
     assert not any(gc.is_tracked(r) for r in records)
+
+
+def test_input_headers_reach_every_output_byte_for_byte_also_after_a_restart() -> None:
+    trace = ("traceparent", b"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
+    config = Settings.of(bootstrap="unused", late_policy="late-topic", gap_timeout=5.0)
+    store = MemoryStore()
+    t = OrderedTopology(config, Stores(store))
+    t.on_assigned({0})
+
+    def send(offset: int, seq: int, extra: bytes = b"") -> None:
+        value = orjson.dumps({"messageId": f"m{seq}{extra.decode()}", "seq": seq, "type": "t"})
+        headers = (trace, ("x-bin", bytes([seq, 0, 255])))
+        t.on_record(0, offset, b"k", value, 1.0, 1.0, headers)
+
+    send(0, 3)  # buffered: waits for 1 and 2
+    send(1, 2)
+    t.take()
+    # a restart: the buffered messages are read from the store, not memory
+    t = OrderedTopology(config, Stores(store))
+    t.on_assigned({0})
+    send(2, 1)
+    t.on_record(0, 3, b"k", b"not json", 1.0, 1.0, (trace,))
+    t.on_tick({0: (4, 4)}, 1.0)
+    send(4, 2, b"-again")  # a sequence conflict: dead-lettered
+    records = t.take().records
+    ordered = [(orjson.loads(v)["seq"], h) for topic, _, v, h in records if topic == "ordered"]
+    assert ordered == [(s, (trace, ("x-bin", bytes([s, 0, 255])))) for s in (1, 2, 3)]
+    deduped = [h for topic, _, _, h in records if topic == "deduped"]
+    assert deduped == [(trace, ("x-bin", bytes([1, 0, 255])))]
+    dead = [list(h) for topic, _, _, h in records if topic == "dlq"]
+    assert [h[0] for h in dead] == [trace, trace]  # the input's first, then the reasons
+    assert dead[1][1] == ("x-bin", bytes([2, 0, 255]))
+    assert [dict(h)["seqkeeper.reason"] for h in dead] == [b"invalid-json", b"sequence-conflict"]
