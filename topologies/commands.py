@@ -12,6 +12,15 @@ whatever an entity still holds (a crash between persist and dispatch, or
 between dispatch and mark). Retries of transient handler failures and the
 cleanup of old receipts run on a timer.
 
+Async handlers (``async def``): the command's run is awaited first, stopped
+after ``settings.commands.handler_timeout`` seconds (a transient failure,
+retried like any other), and then the decision is made and persisted in
+one synchronous block, on the entity and receipt as they are after the
+await (:meth:`CommandTopology.attempt`). ``on_records`` and ``on_tick`` then
+return a coroutine that goes on with the rest in order. A sync handler runs
+inside the synchronous block, as it always did, and is never interrupted
+(the timeout cannot stop it).
+
 Entities and receipts are kept per tenant (the command's ``tenantId``, which
 a ``tenant`` header must equal): another tenant's command with the same
 messageId is a command of its own, never a duplicate. Receipts, retries and
@@ -20,9 +29,11 @@ ages are addressed by receipt id (:func:`processors.command.receipt_id`).
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from typing import Any
 
 import orjson
@@ -30,16 +41,24 @@ from prometheus_client import CollectorRegistry, Counter
 
 from seqkeeper.processors.command import (
     DEAD_LETTER,
+    Command,
     Decision,
     Entity,
+    Handler,
+    Origin,
+    Outcome,
     Outgoing,
+    Raised,
     Receipt,
     Registry,
     RetryPolicy,
     decide,
+    handler_to_call,
     mark_dispatched,
     parse_command,
     receipt_id,
+    returned,
+    timed_out,
     unscoped,
 )
 from seqkeeper.processors.dead_letter import dead_letter_headers
@@ -95,18 +114,59 @@ class CommandTopology(OutboxOwner):
             settings.commands.command_attempts, settings.commands.command_retry_delay
         )
         self.retries = Deadlines()  # receipt ids by the time their retry is due
+        self.timeout = settings.commands.handler_timeout
         self.owned: set[int] = set()
         self.generation = 0
+        #: moves at every revocation and assignment (so ``owned`` never
+        #: changes under one epoch): a run awaited across a move writes
+        #: nothing (the next owner reads its records again)
+        self.epoch = 0
+        self.revoked = False
+        self.asyncs: dict[Handler, bool] = {}  # whether a handler is awaited
         self.outbox = Batch()
         self.on_output: Callable[[], None] = lambda: None
         self.metrics = CommandMetrics()
 
     # -- input -------------------------------------------------------------
-    def on_records(self, partition: int, records: Iterable[InputRecord], wall: float) -> None:
-        """Fetched commands of one partition, in offset order."""
+    def on_records(
+        self, partition: int, records: Iterable[InputRecord], wall: float
+    ) -> Awaitable[None] | None:
+        """Fetched commands of one partition, in offset order: from the first
+        whose async handler must run, the rest are handled by the coroutine
+        returned, still one after the other in offset order."""
+        if self.revoked:  # a rebalance began while an earlier partition's run was awaited
+            return None
         on_record = self.on_record
-        for r in records:
-            on_record(partition, r.offset, r.key, r.value, r.headers, seconds(r.timestamp), wall)
+        rest = iter(records)
+        for r in rest:
+            waiting = on_record(
+                partition, r.offset, r.key, r.value, r.headers, seconds(r.timestamp), wall
+            )
+            if waiting is not None:
+                return self._records_in_order(
+                    partition, waiting, rest, wall, self.epoch, time.monotonic()
+                )
+        return None
+
+    async def _records_in_order(
+        self,
+        partition: int,
+        first: Awaitable[None],
+        rest: Iterator[InputRecord],
+        wall: float,
+        epoch: int,
+        start: float,
+    ) -> None:
+        await first
+        for r in rest:
+            if epoch != self.epoch:
+                return
+            now = wall + (time.monotonic() - start)
+            waiting = self.on_record(
+                partition, r.offset, r.key, r.value, r.headers, seconds(r.timestamp), now
+            )
+            if waiting is not None:
+                await waiting
 
     def on_record(
         self,
@@ -117,7 +177,9 @@ class CommandTopology(OutboxOwner):
         headers: Any,
         timestamp: float | None,
         now: float,
-    ) -> None:
+    ) -> Awaitable[None] | None:
+        """One command; a coroutine to await when its async handler must run
+        (see :meth:`attempt`)."""
         self.metrics.commands.inc()
         pairs = headers.items() if isinstance(headers, dict) else headers or ()
         tenant = next((v for k, v in pairs if k == "tenant"), None)
@@ -125,13 +187,107 @@ class CommandTopology(OutboxOwner):
             command = parse_command(key, value, tenant)
         except InvalidMessage as exc:
             self.dead_letter(key, value, exc.reason, exc.detail, partition, offset, timestamp)
-            return
+            return None
         entity = self.store.entity(partition, command.entity)
         receipt = self.store.receipt(partition, command.receipt_id)
         millis = None if timestamp is None else int(timestamp * 1000)
         origin = (self.settings.commands.command_topic, partition, offset, millis)
+        if self.awaited(command, entity, receipt, now, False):
+            return self.attempt(partition, command, now, False, origin, self.epoch)
         decision = decide(self.registry, entity, receipt, command, now, self.retry, origin=origin)
         self.apply(partition, command.entity, decision, entity, receipt)
+        return None
+
+    # -- async handlers ------------------------------------------------------
+    def is_async(self, handler: Handler) -> bool:
+        """Whether ``handler`` is an ``async def`` function (or an object
+        whose ``__call__`` is one)."""
+        known = self.asyncs.get(handler)
+        if known is None:
+            call = type(handler).__call__
+            known = inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(call)
+            self.asyncs[handler] = known
+        return known
+
+    def awaited(
+        self,
+        command: Command,
+        entity: Entity,
+        receipt: Receipt | None,
+        now: float,
+        retrying: bool,
+    ) -> bool:
+        """Whether deciding on ``command`` runs an async handler (the sync
+        path costs one look-up more than before: the handler's kind)."""
+        handler = self.registry.handlers.get((command.command_type, command.schema_version))
+        if handler is None or not self.is_async(handler):
+            return False
+        return handler_to_call(self.registry, entity, receipt, command, now, retrying) is not None
+
+    async def attempt(
+        self,
+        partition: int,
+        command: Command,
+        now: float,
+        retrying: bool,
+        origin: Origin | None,
+        epoch: int,
+    ) -> None:
+        """Run ``command``'s async handler, then decide on its outcome and
+        persist the decision in one synchronous block after the await.
+
+        The entity can change while the handler runs: another command of it
+        applied (a retry on the timer, or a command with a sync handler),
+        or the confirm of a produced batch dropping dispatched messages from
+        its outbox. So after the await the entity and the receipt are read
+        again and the decision is made on them: the outcome stands when the
+        entity is at the version the handler was given (its state is then
+        the same; the outbox is no input of the handler), and the handler
+        runs again on the new state otherwise (a handler may run more than
+        once; only the outcome decided on is persisted). When the assignment
+        moved meanwhile (``epoch``, taken when the command was read, is no
+        longer the topology's: a revocation, and the partitions assigned
+        next, owned or not), nothing is written: the next owner reads the
+        command again. ``now`` moves on with the time awaited (receipt
+        times, the retry's backoff, expiry).
+        """
+        start = time.monotonic()
+        outcome: Outcome | None = None
+        ran: tuple[Handler, int] | None = None  # the handler and version it ran on
+        while True:
+            if epoch != self.epoch:
+                return
+            at = now + (time.monotonic() - start)
+            entity = self.store.entity(partition, command.entity)
+            receipt = self.store.receipt(partition, command.receipt_id)
+            handler = handler_to_call(self.registry, entity, receipt, command, at, retrying)
+            if handler is None or not self.is_async(handler):
+                outcome = None  # decided without awaiting a run
+                break
+            if ran == (handler, entity.version):
+                break
+            ran = (handler, entity.version)
+            outcome = await self.run(handler, entity.state, command)
+        decision = decide(
+            self.registry, entity, receipt, command, at, self.retry, retrying, origin, outcome
+        )
+        self.apply(partition, command.entity, decision, entity, receipt)
+
+    async def run(self, handler: Handler, state: Any, command: Command) -> Outcome:
+        """One run of an async handler, stopped after the handler timeout
+        (a timeout is a transient failure naming the limit)."""
+        limit = self.timeout
+        scope = asyncio.timeout(limit)
+        try:
+            async with scope:
+                result = handler(state, command)
+                if inspect.isawaitable(result):
+                    return returned(await result)
+            return returned(result)
+        except Exception as exc:  # noqa: BLE001 - every failure is an outcome
+            if scope.expired():
+                return timed_out(limit)
+            return Raised(exc)
 
     def apply(
         self, partition: int, entity_id: str, d: Decision, entity: Entity, before: Receipt | None
@@ -159,30 +315,67 @@ class CommandTopology(OutboxOwner):
             pending.update(cid for cid, _ in stored.outbox)
 
     # -- timers ------------------------------------------------------------
-    def on_tick(self, positions: Positions, now: float) -> None:
+    def on_tick(self, positions: Positions, now: float) -> Awaitable[None] | None:
         """Retries that are due, and receipts past retention (the input's
-        positions do not matter here)."""
-        for partition, rid in self.due_retries(now):
-            receipt = self.store.receipt(partition, rid)
-            if receipt is None or receipt.status != "PROCESSING" or receipt.value is None:
-                self.store.drop_retry(partition, rid)
-                continue
-            if receipt.retry_at is not None and receipt.retry_at > now:
-                self.retries.arm(partition, rid, receipt.retry_at)
-                continue
-            command = parse_command(command_key(receipt.value), receipt.value)
-            entity = self.store.entity(partition, command.entity)
-            decision = decide(
-                self.registry,
-                entity,
-                receipt,
-                command,
-                now,
-                self.retry,
-                retrying=True,
-                origin=receipt.origin,
-            )
-            self.apply(partition, command.entity, decision, entity, receipt)
+        positions do not matter here). From the first retry whose async
+        handler must run, the due retries are made by the coroutine
+        returned, one after the other."""
+        due = iter(self.due_retries(now))
+        waiting = None
+        for partition, rid in due:
+            waiting = self.retry_one(partition, rid, now)
+            if waiting is not None:
+                break
+        self.forget_old_receipts(now)
+        if waiting is None:
+            return None
+        return self._retries_in_order(waiting, due, now, self.epoch, time.monotonic())
+
+    async def _retries_in_order(
+        self,
+        first: Awaitable[None],
+        rest: Iterator[tuple[int, str]],
+        now: float,
+        epoch: int,
+        start: float,
+    ) -> None:
+        await first
+        for partition, rid in rest:
+            if epoch != self.epoch:
+                return  # (the next assignment rebuilds the retry index)
+            waiting = self.retry_one(partition, rid, now + (time.monotonic() - start))
+            if waiting is not None:
+                await waiting
+
+    def retry_one(self, partition: int, rid: str, now: float) -> Awaitable[None] | None:
+        """The retry of receipt ``rid``, taken from the index as due; a
+        coroutine to await when its async handler must run."""
+        receipt = self.store.receipt(partition, rid)
+        if receipt is None or receipt.status != "PROCESSING" or receipt.value is None:
+            self.store.drop_retry(partition, rid)
+            return None
+        if receipt.retry_at is not None and receipt.retry_at > now:
+            self.retries.arm(partition, rid, receipt.retry_at)
+            return None
+        command = parse_command(command_key(receipt.value), receipt.value)
+        entity = self.store.entity(partition, command.entity)
+        if self.awaited(command, entity, receipt, now, True):
+            return self.attempt(partition, command, now, True, receipt.origin, self.epoch)
+        decision = decide(
+            self.registry,
+            entity,
+            receipt,
+            command,
+            now,
+            self.retry,
+            retrying=True,
+            origin=receipt.origin,
+        )
+        self.apply(partition, command.entity, decision, entity, receipt)
+        return None
+
+    def forget_old_receipts(self, now: float) -> None:
+        """Delete receipts past retention, a batch per partition."""
         for partition in sorted(self.owned):
             n = self.store.forget_aged(
                 partition, now - self.settings.commands.receipt_max_age, CLEANUP_PER_TICK
@@ -199,9 +392,16 @@ class CommandTopology(OutboxOwner):
             for rid in self.retries.due(partition, now)
         ]
 
+    def on_revoked(self) -> None:
+        """A rebalance began: a run awaited now writes nothing after it."""
+        self.epoch += 1
+        self.revoked = True
+
     def on_assigned(self, partitions: set[int]) -> None:
         """Dispatch again what entities still hold; rebuild the retry index."""
         self.generation += 1
+        self.epoch += 1
+        self.revoked = False
         self.owned = set(partitions)
         self.retries = Deadlines()
         self.store.assigned(partitions)
