@@ -39,6 +39,9 @@ Each module, its job, and the tests that fail without it:
   (``tests/integration/test_broker_deviations.py``, ``test_topics.py``).
 - :mod:`.diagnostics`: ``kill -USR1``, the consumer's state logged
   (``tests/integration/test_worker.py`` reads it).
+- :mod:`.routing`: a key's partition and the group member that owns it,
+  for state queries (``tests/runtime/test_queries.py``;
+  ``tests/integration/test_state_queries.py``).
 """
 
 #: Private members of Faust, mode and aiokafka this package touches (read,

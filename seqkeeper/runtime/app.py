@@ -20,9 +20,11 @@ from seqkeeper.adapter.app import App
 from seqkeeper.adapter.batches import ack_batch, batch_source, current, read_offset
 from seqkeeper.adapter.diagnostics import install_diagnostics
 from seqkeeper.adapter.producer import PRODUCER_BATCH_BYTES
+from seqkeeper.adapter.routing import own_url, owners
 from seqkeeper.adapter.tables import RocksTable, raw_table
-from seqkeeper.runtime.protocol import Wiring
-from seqkeeper.runtime.task import Task
+from seqkeeper.runtime.protocol import Query, Topology, Wiring
+from seqkeeper.runtime.queries import Placement, answer
+from seqkeeper.runtime.task import Task, TaskState
 from seqkeeper.settings import Settings
 from seqkeeper.state.rocksdb import FaustRocksStore
 
@@ -87,6 +89,36 @@ def install_metrics(app: Any, registry: CollectorRegistry | None) -> None:
         )
 
 
+def install_queries(
+    app: Any, wiring: Wiring, topology: Topology, task: Task, partitions: int
+) -> None:
+    """``GET`` each of ``wiring``'s state queries (:mod:`seqkeeper.runtime.queries`)."""
+    topic = wiring.input_topic
+
+    def placement() -> Placement:
+        # The assignment is stale from a rebalance's start until its
+        # partitions are restored (Faust's ``rebalancing`` spans both), and
+        # this worker's state is current only while the task runs.
+        running = task.state is TaskState.RUNNING and not app.rebalancing
+        return Placement(
+            me=own_url(app),
+            owners={} if app.rebalancing else owners(app, topic),
+            ready={tp.partition for tp in owned_partitions(app, topic)} if running else (),
+            partitions=partitions,
+        )
+
+    def serve(query: Query) -> None:
+        @app.page(query.path, name=query.path)  # type: ignore[untyped-decorator]
+        async def read(web: Any, request: Any, **matched: str) -> Any:
+            params = {**request.query, **matched}
+            # (synchronous from here: no processing step runs in between)
+            got = answer(query, topology, params, str(request.rel_url), placement())
+            return web.json(got.body, status=got.status, headers=got.headers)
+
+    for query in wiring.queries:
+        serve(query)
+
+
 def build_app(settings: Settings, wiring: Wiring) -> tuple[App, Task]:
     """The Faust app running ``wiring``'s topology, and its task."""
     app: Any = make_app(settings)
@@ -111,6 +143,7 @@ def build_app(settings: Settings, wiring: Wiring) -> tuple[App, Task]:
     app.task(task.run)
     install_diagnostics(app, task.probe, lambda: wiring.probe(topology))
     install_metrics(app, wiring.registry(topology))
+    install_queries(app, wiring, topology, task, partitions)
 
     def owned() -> list[Any]:
         return owned_partitions(app, wiring.input_topic)

@@ -14,7 +14,7 @@ when partitions are assigned and revoked.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -157,6 +157,34 @@ class OutboxOwner:
         """Nothing to describe by default."""
 
 
+#: A state query's parameters: its path's (``/state/{key}``) and its query
+#: string's, as text.
+Params = Mapping[str, str]
+
+
+class BadQuery(ValueError):
+    """A state query's parameters cannot be used (HTTP 400): the message
+    says why."""
+
+
+@dataclass(frozen=True)
+class Query:
+    """A read of a topology's state served by the worker (``GET path``), as
+    Kafka Streams' interactive queries: the runtime finds the input partition
+    that holds the answer and reads it there when this worker owns it, or
+    redirects to the worker that does (:mod:`seqkeeper.runtime.queries`)."""
+
+    #: the route, in aiohttp's syntax: ``/state/{key}``
+    path: str
+    #: the Kafka key of the input records whose partition holds the answer;
+    #: ``None`` when the parameters do not say (every partition is searched,
+    #: a point read in each); :class:`BadQuery` for unusable parameters
+    key: Callable[[Params], bytes | None]
+    #: the answer from one partition's state (topology, partition,
+    #: parameters): a JSON-able dict, or ``None`` when it is not there
+    read: Callable[[Any, int, Params], dict[str, Any] | None]
+
+
 @dataclass(frozen=True)
 class Wiring:
     """How the runtime wires a topology: what it reads, where its state
@@ -177,3 +205,5 @@ class Wiring:
     registry: Callable[[Any], Any] = lambda topology: None
     #: extra values for the ``kill -USR1`` diagnostics
     probe: Callable[[Any], dict[str, Any]] = lambda topology: {}
+    #: the state queries the worker serves over HTTP
+    queries: tuple[Query, ...] = ()

@@ -1,0 +1,102 @@
+"""Which worker answers a state query (seqkeeper/runtime/queries.py): the
+owner of the key's partition answers, the others redirect to it, nobody
+answers while nobody owns it; a query without a key is searched for, one
+hop per worker."""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import parse_qsl
+
+from seqkeeper.adapter.routing import key_partition
+from seqkeeper.runtime.protocol import BadQuery, Params, Query
+from seqkeeper.runtime.queries import RETRY_AFTER, Placement, answer
+
+A, B = "http://127.0.0.1:6001", "http://127.0.0.1:6002"
+PARTITIONS = 4
+#: the state of each worker: partition -> key -> value
+STATE = {0: {"k0": 0}, 1: {"k1": 1}, 2: {"k2": 2}, 3: {"k3": 3}}
+
+
+def read(topology: Any, partition: int, params: Params) -> dict[str, Any] | None:
+    value = topology[partition].get(params["key"])
+    return None if value is None else {"value": value, "partition": partition}
+
+
+def need_tenant(params: Params) -> bytes | None:
+    if "tenant" not in params:
+        raise BadQuery("tenant: required")
+    return None
+
+
+BY_KEY = Query("/state/{key}", key=lambda p: p["key"].encode(), read=read)
+SEARCHED = Query("/find/{key}", key=need_tenant, read=read)
+
+
+def placement(me: str, ready: set[int] | None = None, owners: dict[int, str] | None = None):
+    owners = {0: A, 1: B, 2: A, 3: B} if owners is None else owners
+    mine = {p for p, o in owners.items() if o == me}
+    return Placement(me, owners, mine if ready is None else ready, PARTITIONS)
+
+
+def key_on(partition: int) -> str:
+    """A key the default partitioner puts on ``partition``."""
+    return next(k for i in range(1000) if key_partition((k := f"key{i}").encode(), 4) == partition)
+
+
+def test_the_default_partitioner_is_murmur2() -> None:
+    # Kafka's own cases (UtilsTest.testMurmur2), as signed 32-bit hashes
+    cases = {b"21": -973932308, b"foobar": -790332482, b"abc": 479470107}
+    for key, hashed in cases.items():
+        assert key_partition(key, 1000) == (hashed & 0x7FFFFFFF) % 1000
+
+
+def test_the_owner_answers_and_the_others_redirect_to_it() -> None:
+    for partition in range(PARTITIONS):
+        key = key_on(partition)
+        state = {p: {key: p} for p in range(PARTITIONS)}
+        owner, other = (A, B) if partition in (0, 2) else (B, A)
+        got = answer(BY_KEY, state, {"key": key}, f"/state/{key}?x=1", placement(owner))
+        assert (got.status, got.body) == (200, {"value": partition, "partition": partition})
+        moved = answer(BY_KEY, state, {"key": key}, f"/state/{key}?x=1", placement(other))
+        assert moved.status == 307
+        assert moved.headers["Location"] == f"{owner}/state/{key}?x=1"
+        assert moved.body["owner"] == owner and moved.body["partition"] == partition
+
+
+def test_a_missing_key_is_a_404_of_its_owner_only() -> None:
+    key = key_on(1)
+    assert answer(BY_KEY, STATE, {"key": key}, "/", placement(B)).status == 404
+    assert answer(BY_KEY, STATE, {"key": key}, "/", placement(A)).status == 307
+
+
+def test_nobody_answers_during_a_rebalance_or_a_restore() -> None:
+    key = key_on(0)
+    for where in (placement(A, owners={}), placement(A, ready=set())):
+        got = answer(BY_KEY, STATE, {"key": key}, "/", where)
+        assert got.status == 503 and got.headers["Retry-After"] == str(RETRY_AFTER)
+        assert got.body["partition"] == 0
+
+
+def test_a_search_is_one_hop_per_worker_and_ends_in_a_404() -> None:
+    def ask(me: str, key: str, target: str) -> Any:
+        params = dict(parse_qsl(target.partition("?")[2]))
+        return answer(SEARCHED, STATE, {**params, "key": key}, target, placement(me))
+
+    found = ask(A, "k2", "/find/k2?tenant=t")
+    assert found.status == 200 and found.body["partition"] == 2
+    hop = ask(A, "k3", "/find/k3?tenant=t")  # A searched 0 and 2: on to 1's owner
+    assert hop.status == 307
+    assert hop.headers["Location"] == f"{B}/find/k3?tenant=t&searched=0%2C2"
+    assert ask(B, "k3", "/find/k3?tenant=t&searched=0%2C2").status == 200
+    missing = ask(B, "nope", "/find/nope?tenant=t&searched=0%2C2")
+    assert missing.status == 404 and missing.body["searched"] == [0, 1, 2, 3]
+    # B first: B's partitions, then A's
+    hop = ask(B, "nope", "/find/nope?tenant=t")
+    assert hop.headers["Location"] == f"{A}/find/nope?tenant=t&searched=1%2C3"
+
+
+def test_bad_parameters_are_a_400() -> None:
+    assert answer(SEARCHED, STATE, {"key": "k"}, "/", placement(A)).status == 400
+    got = answer(SEARCHED, STATE, {"key": "k", "tenant": "t", "searched": "x"}, "/", placement(A))
+    assert got.status == 400 and "searched" in got.body["error"]
