@@ -60,6 +60,7 @@ from seqkeeper.state.stores import Stores
 from seqkeeper.state.timers import GapTimers
 from seqkeeper.topologies.metrics import Metrics
 from seqkeeper.topologies.processing import ProcessorStage
+from seqkeeper.topologies.queries import ORDERED
 
 log = logging.getLogger("seqkeeper.ordered")
 
@@ -487,4 +488,5 @@ def wiring(
         deferred=codecs.BUFFER,
         registry=lambda topology: topology.metrics.registry,
         probe=probe,
+        queries=ORDERED,
     )
