@@ -74,6 +74,7 @@ from seqkeeper.runtime.protocol import (
 from seqkeeper.settings import Settings
 from seqkeeper.state.commands import CommandStore
 from seqkeeper.state.timers import Deadlines
+from seqkeeper.topologies.queries import COMMANDS
 
 log = logging.getLogger("seqkeeper.commands")
 
@@ -507,4 +508,5 @@ def wiring(settings: Settings, registry: Registry) -> Wiring:
         output_topic=_topic_name,
         registry=lambda topology: topology.metrics.registry,
         probe=lambda topology: {"owned": topology.owned},
+        queries=COMMANDS,
     )
