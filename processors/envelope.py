@@ -178,15 +178,7 @@ def _parse_shaped(
             Reason.NOT_AN_OBJECT, f"the value is a {type(doc).__name__}; expected an object"
         )
     if shape.key_path:
-        found = _dig(doc, shape.key_path, "key")
-        if isinstance(found, int) and not isinstance(found, bool):
-            found = str(found)
-        if not isinstance(found, str) or not found:
-            raise InvalidMessage(
-                Reason.INVALID_KEY,
-                f"key field {'.'.join(shape.key_path)} must be a non-empty string, got {found!r}",
-            )
-        skey = found
+        skey = _key_in(doc, shape)
     else:
         if key is None or key == b"":
             raise InvalidMessage(Reason.MISSING_KEY, "the Kafka key (the sequence key) is empty")
@@ -227,6 +219,37 @@ def _parse_shaped(
         raise InvalidMessage(Reason.INVALID_FIELD, f"type must be a string, got {mtype!r}")
     event_time = _event_time(dict(doc), time_field) if time_field else None
     return Message(skey, message_id, seq, mtype, value, event_time, headers)
+
+
+def _key_in(doc: Mapping[str, Any], shape: Shape) -> str:
+    found = _dig(doc, shape.key_path, "key")
+    if isinstance(found, int) and not isinstance(found, bool):
+        found = str(found)
+    if not isinstance(found, str) or not found:
+        raise InvalidMessage(
+            Reason.INVALID_KEY,
+            f"key field {'.'.join(shape.key_path)} must be a non-empty string, got {found!r}",
+        )
+    return found
+
+
+def key_field(value: bytes | None, shape: Shape) -> str:
+    """The sequence key a record's value names (``shape.key_path``): what
+    the input is repartitioned by. :class:`InvalidMessage` when the value
+    cannot be read or names no key."""
+    if value is None:
+        raise InvalidMessage(Reason.NULL_VALUE, "the value is null (a tombstone)")
+    try:
+        doc = orjson.loads(value) if shape.codec is None else shape.codec.decode(value)
+    except Exception as exc:  # noqa: BLE001 - JSON or the user's codec: a bad record
+        raise InvalidMessage(
+            Reason.INVALID_JSON, f"the value cannot be decoded: {type(exc).__name__}: {exc}"
+        ) from None
+    if not isinstance(doc, Mapping):
+        raise InvalidMessage(
+            Reason.NOT_AN_OBJECT, f"the value is a {type(doc).__name__}; expected an object"
+        )
+    return _key_in(doc, shape)
 
 
 def _dig(doc: Mapping[str, Any], path: tuple[str, ...], what: str) -> Any:

@@ -625,11 +625,19 @@ class Settings:
         app_id = self.runtime.app_id
         return f"{app_id}-commands" if self.runtime.topology == "commands" else app_id
 
+    def repartition_topic(self) -> str | None:
+        """The internal topic the ordered topology's input goes through when
+        its key is a field of the value (``None``: the Kafka key is the key)."""
+        if self.runtime.topology == "commands" or not self.ordered.key_field:
+            return None
+        return f"{self.group_id}-{self.ordered.input_topic}-repartition"
+
     def topics(self) -> list[str]:
         """Every topic the worker reads or writes (created when missing)."""
         if self.runtime.topology == "commands":
             return self.commands.topics()
-        return self.ordered.topics()
+        internal = self.repartition_topic()
+        return [*self.ordered.topics(), *([internal] if internal else [])]
 
     def to_env(self) -> dict[str, str]:
         """These settings as the environment variables that set them."""

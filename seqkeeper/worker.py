@@ -12,7 +12,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -102,6 +102,7 @@ def run_worker(settings: Settings) -> None:
 
     # the user's code is loaded before any broker: a bad name fails fast
     wiring: Callable[[Settings], Wiring]
+    codec = None
     if settings.runtime.topology == "commands":
         wiring = functools.partial(commands.wiring, registry=handlers_of(settings))
     else:
@@ -116,7 +117,7 @@ def run_worker(settings: Settings) -> None:
         if settings.runtime.web_port == 0:
             settings = settings.with_overrides(web_port=web_port_for(settings))
         await_broker_and_topics(settings)
-        app, task = build_app(settings, wiring(settings))
+        app, task = build_app(settings, wiring(settings), beside=repartitioner(settings, codec))
         local = LocalState(settings.runtime.data_dir, Path(app.conf.tabledir))
         app.local_state_check = local.open(lambda line: print(line, flush=True))
         print(
@@ -133,6 +134,17 @@ def run_worker(settings: Settings) -> None:
                 raise
         task.close()
         local.close_cleanly()
+
+
+def repartitioner(settings: Settings, codec: Any) -> list[Callable[[], Awaitable[None]]]:
+    """The repartitioning stage to run beside the ordered topology, when
+    its key is a field of the value (:mod:`seqkeeper.runtime.repartition`)."""
+    from seqkeeper.runtime.repartition import Repartitioner
+
+    topic = settings.repartition_topic()
+    if topic is None:
+        return []
+    return [Repartitioner(settings, settings.ordered.shape(codec), topic).run]
 
 
 def handlers_of(settings: Settings) -> Registry:

@@ -91,12 +91,15 @@ class OrderedTopology(OutboxOwner):
         stores: Stores,
         processor: Processor | None = None,
         shape: Shape = DEFAULT_SHAPE,
+        source_topic: str | None = None,
     ) -> None:
         self.settings = settings
         self.policy = settings.ordered.resequencer_policy()
         self.retention = settings.ordered.retention()
         self.time_field = settings.ordered.time_field()
         self.shape = shape
+        #: the topic read (named in dead letters): the input, or its repartition
+        self.source_topic = source_topic or settings.ordered.input_topic
         self.stores = stores
         self.timers = GapTimers()
         self.clocks: dict[int, StreamClock] = {}  # stream time per input partition
@@ -122,6 +125,7 @@ class OrderedTopology(OutboxOwner):
                 self.offset_of,
                 self.metrics,
                 codec=shape.codec,
+                input_topic=self.source_topic,
             )
 
     # -- input -------------------------------------------------------------
@@ -441,9 +445,7 @@ class OrderedTopology(OutboxOwner):
         """The record as it came (its headers first, as they were), with
         the reason in headers of its own."""
         millis = None if timestamp is None else int(timestamp * 1000)
-        reasons = dead_letter_headers(
-            reason, detail, self.settings.ordered.input_topic, partition, offset, millis
-        )
+        reasons = dead_letter_headers(reason, detail, self.source_topic, partition, offset, millis)
         self.emit("late" if route == "late" else "dlq", key, value, [*headers, *reasons])
         self.metrics.dead_lettered.labels(reason).inc()
         log.info("dead-lettered partition=%s offset=%s reason=%s", partition, offset, reason)
@@ -476,11 +478,13 @@ def wiring(
             "generation": topology.generation,
         }
 
+    # a key taken from the value: read the repartitioned input
+    source = settings.repartition_topic() or settings.ordered.input_topic
     return Wiring(
-        input_topic=settings.ordered.input_topic,
+        input_topic=source,
         table="state",
         build=lambda store: OrderedTopology(
-            settings, Stores(store, packed=shape is not DEFAULT_SHAPE), processor, shape
+            settings, Stores(store, packed=shape is not DEFAULT_SHAPE), processor, shape, source
         ),
         output_topic=topics.__getitem__,
         # The reorder buffer's local writes wait in memory: most entries are

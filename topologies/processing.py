@@ -102,6 +102,7 @@ class ProcessorStage:
         metrics: Metrics,
         clock: Callable[[], float] = time.time,
         codec: Codec | None = None,
+        input_topic: str | None = None,
     ) -> None:
         self.fn = fn
         self.is_async = inspect.iscoroutinefunction(fn)
@@ -110,7 +111,7 @@ class ProcessorStage:
         self.retry = RetryPolicy(
             settings.commands.command_attempts, settings.commands.command_retry_delay
         )
-        self.input_topic = settings.ordered.input_topic
+        self.input_topic = input_topic or settings.ordered.input_topic  # (for dead letters)
         self.decode: Callable[[bytes], Any] = orjson.loads if codec is None else codec.decode
         self.store = store
         self.emit = emit

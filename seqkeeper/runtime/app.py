@@ -11,6 +11,7 @@ the runtime is here; Faust's own behaviour is changed only in
 from __future__ import annotations
 
 import time
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 import faust
@@ -119,9 +120,16 @@ def install_queries(
         serve(query)
 
 
-def build_app(settings: Settings, wiring: Wiring) -> tuple[App, Task]:
-    """The Faust app running ``wiring``'s topology, and its task."""
+def build_app(
+    settings: Settings,
+    wiring: Wiring,
+    beside: Iterable[Callable[[], Awaitable[None]]] = (),
+) -> tuple[App, Task]:
+    """The Faust app running ``wiring``'s topology, and its task; ``beside``:
+    services that run with it until it stops (a repartitioner)."""
     app: Any = make_app(settings)
+    for service in beside:
+        app.task(service)
     partitions = settings.broker.partitions
     source = raw_topic(app, wiring.input_topic, partitions)
     table = raw_table(app, wiring.table, partitions, options=settings.runtime.rocksdb_options())
