@@ -56,7 +56,7 @@ messageIds and bytes.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, TypeVar
 
@@ -110,6 +110,9 @@ class Command:
     payload: Any
     expected_version: int | None
     value: bytes
+    #: the record's trace headers (W3C ``traceparent``, ``tracestate``),
+    #: copied onto the command's reply and events
+    trace: tuple[tuple[str, bytes], ...] = ()
 
     @property
     def entity(self) -> str:
@@ -148,11 +151,26 @@ def receipt_id(tenant_id: str, message_id: str) -> str:
     return scoped(tenant_id, message_id)
 
 
-def parse_command(key: bytes | None, value: bytes | None, tenant: bytes | None = None) -> Command:
+#: Record headers a command's reply and events carry on (a W3C trace).
+TRACE_HEADERS = ("traceparent", "tracestate")
+
+
+def trace_of(headers: Iterable[tuple[str, bytes]]) -> tuple[tuple[str, bytes], ...]:
+    """The trace headers among a record's headers, in their order."""
+    return tuple((k, bytes(v)) for k, v in headers if k in TRACE_HEADERS)
+
+
+def parse_command(
+    key: bytes | None,
+    value: bytes | None,
+    tenant: bytes | None = None,
+    trace: tuple[tuple[str, bytes], ...] = (),
+) -> Command:
     """Validate a command record; raise :class:`InvalidMessage` saying why.
 
     ``tenant``: the record's ``tenant`` header when a gateway sets it; the
-    envelope's ``tenantId`` must then match it."""
+    envelope's ``tenantId`` must then match it. ``trace``: the record's
+    trace headers (:func:`trace_of`)."""
 
     def bad(reason: str, detail: str) -> InvalidMessage:
         return InvalidMessage(reason, detail)
@@ -235,6 +253,7 @@ def parse_command(key: bytes | None, value: bytes | None, tenant: bytes | None =
         doc["payload"],
         expected,
         value,
+        trace,
     )
 
 
@@ -309,6 +328,9 @@ class Receipt:
     #: is pending.
     value: bytes | None = None
     origin: Origin | None = None
+    #: The command record's trace headers (values as Latin-1 text), kept
+    #: only while a retry is pending, as ``value`` is.
+    trace: tuple[tuple[str, str], ...] = ()
 
     @property
     def tenant(self) -> str:
@@ -469,7 +491,11 @@ def reply(
     if version is not None:
         body["version"] = version
     return Outgoing(
-        command.reply_to, command.partition_key, f"{command.message_id}:reply", orjson.dumps(body)
+        command.reply_to,
+        command.partition_key,
+        f"{command.message_id}:reply",
+        orjson.dumps(body),
+        command.trace,
     )
 
 
@@ -487,7 +513,9 @@ def _events(command: Command, events: list[Event], version: int) -> tuple[Outgoi
             "version": version,
             "data": ev.data,
         }
-        out.append(Outgoing(ev.topic, command.partition_key, mid, orjson.dumps(body)))
+        out.append(
+            Outgoing(ev.topic, command.partition_key, mid, orjson.dumps(body), command.trace)
+        )
     return tuple(out)
 
 
@@ -629,6 +657,7 @@ def decide(
                     retry_at=now + retry.delay(attempts),
                     value=command.value,
                     origin=origin,
+                    trace=tuple((k, v.decode("latin-1")) for k, v in command.trace),
                 )
             )
         detail = f"handler failed {attempts} times; last error: {error}"
@@ -659,7 +688,7 @@ def mark_dispatched(
     outbox = tuple((cid, msgs) for cid, msgs in entity.outbox if cid != command_id)
     done = receipt
     if receipt is not None and not receipt.dispatched:
-        done = replace(receipt, dispatched=True, updated_at=now, value=None, origin=None)
+        done = replace(receipt, dispatched=True, updated_at=now, value=None, origin=None, trace=())
     return replace(entity, outbox=outbox), done
 
 

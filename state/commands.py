@@ -149,6 +149,7 @@ def decode_receipt(raw: bytes | None) -> Receipt | None:
     doc["reply"] = None if doc["reply"] is None else Outgoing.from_json(doc["reply"])
     doc["value"] = None if doc["value"] is None else doc["value"].encode("utf-8")
     doc["origin"] = None if doc["origin"] is None else tuple(doc["origin"])
+    doc["trace"] = tuple(tuple(pair) for pair in doc.get("trace", ()))  # (absent before)
     return Receipt(**doc)
 
 

@@ -59,6 +59,7 @@ from seqkeeper.processors.command import (
     receipt_id,
     returned,
     timed_out,
+    trace_of,
     unscoped,
 )
 from seqkeeper.processors.dead_letter import dead_letter_headers
@@ -185,7 +186,7 @@ class CommandTopology(OutboxOwner):
         pairs = headers.items() if isinstance(headers, dict) else headers or ()
         tenant = next((v for k, v in pairs if k == "tenant"), None)
         try:
-            command = parse_command(key, value, tenant)
+            command = parse_command(key, value, tenant, trace_of(pairs))
         except InvalidMessage as exc:
             self.dead_letter(key, value, exc.reason, exc.detail, partition, offset, timestamp)
             return None
@@ -358,7 +359,8 @@ class CommandTopology(OutboxOwner):
         if receipt.retry_at is not None and receipt.retry_at > now:
             self.retries.arm(partition, rid, receipt.retry_at)
             return None
-        command = parse_command(command_key(receipt.value), receipt.value)
+        trace = tuple((k, v.encode("latin-1")) for k, v in receipt.trace)
+        command = parse_command(command_key(receipt.value), receipt.value, trace=trace)
         entity = self.store.entity(partition, command.entity)
         if self.awaited(command, entity, receipt, now, True):
             return self.attempt(partition, command, now, True, receipt.origin, self.epoch)
