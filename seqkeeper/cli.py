@@ -697,6 +697,18 @@ def inspect(
         Optional[str], typer.Option(help="Only this tenant's commands (default: every tenant's).")
     ] = None,
     app_id: AppIdOpt = None,
+    web_port: Annotated[
+        Optional[int],
+        typer.Option(
+            help="The command worker's web port \\[env SEQKEEPER_WEB_PORT]: a command "
+            "named by --message-id and --tenant is asked of the worker first; "
+            "0, or no answer: the changelog is read."
+        ),
+    ] = None,
+    web_host: Annotated[
+        Optional[str],
+        typer.Option(help="The command worker's web host \\[env SEQKEEPER_WEB_HOST]."),
+    ] = None,
 ) -> None:
     """Look commands up in the Message Store: status, timestamps, error,
     reply, and the entity's state and outbox."""
@@ -704,12 +716,18 @@ def inspect(
 
     from rich.console import Console
 
-    from seqkeeper.inspect import load, lookup
+    from seqkeeper.inspect import ask_worker, load, lookup, worker_url
 
     if not message_id and not correlation_id:
         raise typer.BadParameter("give --message-id or --correlation-id")
-    settings = settings_of(bootstrap=broker, app_id=app_id)
-    found = lookup(asyncio.run(load(settings)), message_id, correlation_id, tenant)
+    settings = settings_of(bootstrap=broker, app_id=app_id, web_port=web_port, web_host=web_host)
+    found = None
+    if message_id and tenant and not correlation_id:
+        found = ask_worker(settings, message_id, tenant)
+        if found is not None:
+            typer.echo(f"(asked the worker at {worker_url(settings)})", err=True)
+    if found is None:
+        found = lookup(asyncio.run(load(settings)), message_id, correlation_id, tenant)
     if not found:
         typer.echo("no such command in the Message Store", err=True)
         raise typer.Exit(1)

@@ -4,15 +4,23 @@ delete), by messageId or correlationId (of every tenant, or of one), with
 their entity's state and outbox. Receipts of both layouts of
 :mod:`state.commands` are found; a receipt id's receipt in the new layout
 hides an old copy of it.
+
+A command named by messageId and tenant is asked of a running command
+worker first (:func:`ask_worker`, its state query ``GET /commands/...``):
+its answer is current and costs a point read per partition, where reading
+the changelog costs the whole topic.
 """
 
 from __future__ import annotations
 
+import json
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
-from dataclasses import asdict
 from typing import Any
+from urllib.parse import quote, urlencode
 
-from seqkeeper.processors.command import Entity, Receipt, receipt_id, unscoped
+from seqkeeper.processors.command import receipt_id, unscoped
 from seqkeeper.settings import Settings
 from seqkeeper.state.commands import (
     CORRELATION,
@@ -25,6 +33,7 @@ from seqkeeper.state.commands import (
     old_receipt_key,
 )
 from seqkeeper.topics import read_topic
+from seqkeeper.topologies.queries import entity_doc, receipt_doc
 
 
 def changelog_topic(settings: Settings) -> str:
@@ -45,23 +54,6 @@ async def load(settings: Settings) -> dict[bytes, bytes]:
         else:
             table[rec.key] = rec.value
     return table
-
-
-def _receipt(r: Receipt) -> dict[str, Any]:
-    doc = asdict(r)
-    doc["reply"] = None if r.reply is None else r.reply.value.decode("utf-8", "replace")
-    doc["value"] = None if r.value is None else r.value.decode("utf-8", "replace")
-    return doc
-
-
-def _entity(e: Entity) -> dict[str, Any]:
-    return {
-        "version": e.version,
-        "state": e.state,
-        "outbox": {
-            cid: [m.value.decode("utf-8", "replace") for m in msgs] for cid, msgs in e.outbox
-        },
-    }
 
 
 def _scoped(table: dict[bytes, bytes], family: bytes) -> Iterator[tuple[str, str, str]]:
@@ -116,6 +108,55 @@ def lookup(
         receipt = hit[0]
         entity = decode_entity(table.get(entity_key(receipt.entity)))
         found.append(
-            {"command": _receipt(receipt), "entity": {"id": receipt.entity, **_entity(entity)}}
+            {
+                "command": receipt_doc(receipt),
+                "entity": {"id": receipt.entity, **entity_doc(entity)},
+            }
         )
     return found
+
+
+def worker_url(settings: Settings) -> str | None:
+    """Where the command worker's web server is, if the settings say (a web
+    port of 0 is picked at start: not known here)."""
+    port = settings.runtime.web_port
+    if not port:
+        return None
+    host = settings.runtime.web_host
+    if host in ("", "0.0.0.0", "::"):  # a bind address: the worker is local
+        host = "127.0.0.1"
+    return f"http://{host}:{port}"
+
+
+def ask_worker(
+    settings: Settings, message_id: str, tenant: str, timeout: float = 5.0
+) -> list[dict[str, Any]] | None:
+    """A tenant's command as the command worker owning it answers (its
+    receipt and entity; redirects to the owner followed): ``[]`` when no
+    partition holds it; ``None`` when no command worker answers for all
+    partitions at the settings' web address (none runs, another topology's,
+    a rebalance), so the caller reads the changelog."""
+    base = worker_url(settings)
+    if base is None:
+        return None
+    url = f"{base}/commands/{quote(message_id, safe='')}?{urlencode({'tenant': tenant})}"
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:
+            return [json.loads(response.read())]
+    except urllib.error.HTTPError as error:
+        # a search's 404 says which partitions it searched: all of them
+        searched = error.code == 404 and "searched" in _json_of(error)
+        return [] if searched else None
+    except (OSError, ValueError):  # not listening, timed out, not JSON
+        return None
+
+
+def _json_of(error: urllib.error.HTTPError) -> dict[str, Any]:
+    """An error response's JSON body (empty when it has none)."""
+    if error.headers.get_content_type() != "application/json":
+        return {}
+    try:
+        body = json.loads(error.read())
+    except (OSError, ValueError):
+        return {}
+    return body if isinstance(body, dict) else {}

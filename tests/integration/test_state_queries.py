@@ -17,8 +17,11 @@ from urllib.parse import quote
 
 import orjson
 import pytest
+from click.testing import Result
+from typer.testing import CliRunner
 
 from seqkeeper.broker import free_port
+from seqkeeper.cli import app
 from seqkeeper.demo import publish
 from seqkeeper.settings import Settings
 from seqkeeper.topics import create_topics
@@ -196,6 +199,25 @@ def test_entities_and_commands_from_either_worker(make_settings, tmp_path) -> No
         assert status == 404 and body["searched"] == [0, 1, 2, 3]
         status, body, _ = get(url(a) + "/commands/nope")
         assert status == 400 and "tenant" in body["error"]
+
+        # seqkeeper inspect asks the worker (and is led to the owner)
+        def inspect(*args: str) -> Result:
+            argv = ["inspect", "-b", base.broker.bootstrap, "--app-id", base.runtime.app_id]
+            return CliRunner().invoke(app, [*argv, *args])
+
+        port = str(a.settings.runtime.web_port)
+        for key in (KEYS[0], next(k for k in KEYS if answers[k][0] == 307)):
+            shown = inspect("--message-id", f"add-{key}", "--tenant", "t1", "--web-port", port)
+            assert shown.exit_code == 0, shown.output
+            assert f"(asked the worker at {url(a)})" in shown.stderr
+            assert orjson.loads(shown.stdout) == [found[key]]
+        missing = inspect("--message-id", "nope", "--tenant", "t1", "--web-port", port)
+        assert missing.exit_code == 1 and "asked the worker" in missing.stderr
+        nobody = str(free_port())  # no worker there: the changelog is read
+        shown = inspect("--message-id", f"add-{KEYS[0]}", "--tenant", "t1", "--web-port", nobody)
+        assert shown.exit_code == 0 and "asked the worker" not in shown.stderr
+        (from_changelog,) = orjson.loads(shown.stdout)
+        assert from_changelog["command"] == found[KEYS[0]]["command"]
     finally:
         a.stop()
         b.stop()
