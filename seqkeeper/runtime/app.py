@@ -174,7 +174,9 @@ def build_app(
                 waiting = on_records(tp.partition, records, wall)
                 if waiting is not None:  # a user's async function
                     await waiting
-            if not current(app, fetched):  # a rebalance began while it waited
+                    if not current(app, fetched):  # a rebalance began meanwhile:
+                        break  # the state may be closing; no other partition now
+            if not current(app, fetched):
                 continue  # (read again from the committed offsets: never acked)
             ack_batch(app, fetched.partitions)
             await task.relieve(limit)
