@@ -32,7 +32,7 @@ def seqkeeper() -> str:
     beside = Path(sys.executable).parent / "seqkeeper"
     found = str(beside) if beside.exists() else shutil.which("seqkeeper")
     if not found:
-        sys.exit("seqkeeper is not installed: pip install seqkeeper (or run from its .venv)")
+        sys.exit("seqkeeper is not installed: run this with the Python that has it")
     return found
 
 

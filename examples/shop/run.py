@@ -1,0 +1,119 @@
+"""The shop example end to end, with one command:
+
+    python run.py
+
+starts a broker (``seqkeeper broker``: the embedded one, or Apache Kafka
+when KAFKA_HOME is set; none when KAFKA_BOOTSTRAP_SERVERS is set), the stub
+payment service (payments.py), the worker with this directory's handlers
+(``seqkeeper worker --topology commands --handlers orders:registry``),
+sends the commands and prints the replies (client.py) and the charges, and
+stops everything.
+"""
+
+import contextlib
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+import client
+
+HERE = Path(__file__).resolve().parent
+
+
+def seqkeeper() -> str:
+    """The ``seqkeeper`` command of this Python's environment, else PATH's."""
+    beside = Path(sys.executable).parent / "seqkeeper"
+    found = str(beside) if beside.exists() else shutil.which("seqkeeper")
+    if not found:
+        sys.exit("seqkeeper is not installed: run this with the Python that has it")
+    return found
+
+
+@contextlib.contextmanager
+def process(args: list[str], log: Path, env: dict[str, str] | None = None):
+    """``args`` running in this directory, output to ``log``; stopped on
+    exit like Ctrl-C would (SIGTERM: the worker commits and closes its state)."""
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, cwd=HERE, env=env)
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def wait_for(pattern: str, log: Path, proc: subprocess.Popen, timeout: float) -> re.Match:
+    """The first match of ``pattern`` in ``log``; exits if ``proc`` ends first."""
+    deadline = time.monotonic() + timeout
+    while True:
+        text = log.read_text(errors="replace")
+        if match := re.search(pattern, text):
+            return match
+        if proc.poll() is not None or time.monotonic() > deadline:
+            sys.exit(f"{' '.join(proc.args[1:])} did not get ready; its output:\n{text[-3000:]}")
+        time.sleep(0.2)
+
+
+def main() -> int:
+    topic = os.environ.get("SEQKEEPER_COMMAND_TOPIC", "commands.in")
+    with (
+        tempfile.TemporaryDirectory(prefix="seqkeeper-shop-") as tmp,
+        contextlib.ExitStack() as running,
+    ):
+        logs = Path(tmp)
+        bootstrap = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
+        if not bootstrap:
+            broker = running.enter_context(process([seqkeeper(), "broker"], logs / "broker.log"))
+            ready = wait_for(r"KAFKA_BOOTSTRAP_SERVERS=(\S+)", logs / "broker.log", broker, 180)
+            bootstrap = ready.group(1)
+        print(f"broker at {bootstrap}")
+        payments = running.enter_context(
+            process([sys.executable, "payments.py", "--port", "0"], logs / "payments.log")
+        )
+        url = wait_for(r"payments at (\S+)", logs / "payments.log", payments, 30).group(1)
+        print(f"stub payment service at {url}")
+        env = {
+            # shorter than the slow card's answer (5 s), so that call is retried
+            "SEQKEEPER_HANDLER_TIMEOUT": "2",
+            **os.environ,
+            "KAFKA_BOOTSTRAP_SERVERS": bootstrap,
+            "SEQKEEPER_DATA_DIR": str(logs / "data"),
+            "PAYMENTS_URL": url,
+        }
+        command = [seqkeeper(), "worker", "--topology", "commands", "--handlers", "orders:registry"]
+        worker = running.enter_context(process(command, logs / "worker.log", env))
+        # printed once the worker has created its topics; it reads them from the start
+        wait_for("seqkeeper worker: broker", logs / "worker.log", worker, 360)
+        print(f"worker started: {' '.join(['seqkeeper', *command[1:]])}\n")
+        try:
+            client.run(bootstrap, topic)
+        except TimeoutError as e:
+            print(f"{e}; the worker's log ends:")
+            print((logs / "worker.log").read_text(errors="replace")[-3000:])
+            return 1
+        with urllib.request.urlopen(f"{url}/charges") as answer:
+            charges = json.load(answer)
+        print("\ncharges (each once, whatever the retries):")
+        for key, charge in sorted(charges.items()):
+            print(
+                f"  {key}: {charge['amount']} ({charge['chargeId']}, requests: {charge['calls']})"
+            )
+        print("stopping the worker, the payment service and the broker")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
