@@ -221,6 +221,12 @@ class RuntimeSettings:
         "127.0.0.1",
         "Bind address of the web server (0.0.0.0 in a container).",
     )
+    advertised_url: str = var(
+        "SEQKEEPER_ADVERTISED_URL",
+        "",
+        "How other workers and clients reach this worker's web server (state queries "
+        "redirect there), e.g. http://worker-1:6066. Empty: http://WEB_HOST:WEB_PORT.",
+    )
     session_timeout: float = var(
         "SEQKEEPER_SESSION_TIMEOUT",
         "10",

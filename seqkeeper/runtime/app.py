@@ -43,6 +43,8 @@ def make_app(settings: Settings, app_id: str | None = None) -> App:
         web_enabled=True,
         web_host=settings.runtime.web_host,
         web_port=settings.runtime.web_port,
+        # the address published in the group assignment (state query redirects)
+        canonical_url=settings.runtime.advertised_url or None,
         topic_partitions=settings.broker.partitions,
         topic_replication_factor=settings.broker.replication,
         consumer_auto_offset_reset="earliest",
