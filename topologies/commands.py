@@ -311,6 +311,13 @@ class CommandTopology(OutboxOwner):
             assert d.receipt.retry_at is not None
             self.retries.arm(partition, d.receipt.receipt_id, d.receipt.retry_at)
             self.metrics.retries.inc()
+            log.warning(
+                "handler failed on command %s (attempt %d of %d, retried): %s",
+                d.receipt.message_id,
+                d.receipt.attempts,
+                self.retry.attempts,
+                d.receipt.error,
+            )
         stored = entity if d.entity is None else d.entity  # as persisted now
         if d.dispatch and stored.outbox:
             pending = self.outbox.confirms.setdefault((partition, entity_id), set())

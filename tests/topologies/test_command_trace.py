@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
+import pytest
 
 from seqkeeper.processors.command import Command, Event, Registry
 from seqkeeper.settings import Settings
@@ -21,7 +22,9 @@ TRACE = [
 ]
 
 
-def test_replies_and_events_carry_the_command_s_trace_also_after_a_retry() -> None:
+def test_replies_and_events_carry_the_command_s_trace_also_after_a_retry(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     failures = [1]
     registry = Registry()
 
@@ -39,6 +42,10 @@ def test_replies_and_events_carry_the_command_s_trace_also_after_a_retry() -> No
     headers = [("tenant", b"t1"), *TRACE, ("other", b"x")]
     topology.on_record(0, 0, key, value, headers, 1.0, 100.0)
     assert topology.take().records == []  # failed once: a retry is due in 1 s
+    assert (
+        "handler failed on command m1 (attempt 1 of 5, retried): builtins.ConnectionError: flaky"
+        in caplog.text
+    )
     # a restart: the retry reads the command from its receipt
     topology = CommandTopology(SETTINGS, CommandStore(memory), registry)
     topology.on_assigned({0})
