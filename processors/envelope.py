@@ -120,19 +120,8 @@ def parse(
     except UnicodeDecodeError as exc:
         raise InvalidMessage(Reason.INVALID_KEY, f"the Kafka key is not UTF-8: {exc}") from None
     if value is None:
-        raise InvalidMessage(
-            Reason.NULL_VALUE, "the value is null (a tombstone); expected a JSON object"
-        )
-    try:
-        doc: Any = orjson.loads(value)
-    except orjson.JSONDecodeError as exc:
-        text = str(exc)
-        reason = Reason.INVALID_UTF8 if "utf-8" in text.lower() else Reason.INVALID_JSON
-        raise InvalidMessage(reason, f"the value is not valid JSON: {text}") from None
-    if not isinstance(doc, dict):
-        raise InvalidMessage(
-            Reason.NOT_AN_OBJECT, f"the value is a JSON {type(doc).__name__}; expected an object"
-        )
+        raise _null()
+    doc = _document(value, None)
     message_id, seq, mtype = doc.get("messageId"), doc.get("seq"), doc.get("type")
     # (orjson makes exact str and int; a bool is not an int here)
     if not (
@@ -158,25 +147,8 @@ def _parse_shaped(
     headers: Headers,
 ) -> Message:
     if value is None:
-        raise InvalidMessage(Reason.NULL_VALUE, "the value is null (a tombstone)")
-    if shape.codec is None:
-        try:
-            doc: Any = orjson.loads(value)
-        except orjson.JSONDecodeError as exc:
-            text = str(exc)
-            reason = Reason.INVALID_UTF8 if "utf-8" in text.lower() else Reason.INVALID_JSON
-            raise InvalidMessage(reason, f"the value is not valid JSON: {text}") from None
-    else:
-        try:
-            doc = shape.codec.decode(value)
-        except Exception as exc:  # noqa: BLE001 - the user's codec: any failure is a bad record
-            raise InvalidMessage(
-                Reason.INVALID_JSON, f"the value cannot be decoded: {type(exc).__name__}: {exc}"
-            ) from None
-    if not isinstance(doc, Mapping):
-        raise InvalidMessage(
-            Reason.NOT_AN_OBJECT, f"the value is a {type(doc).__name__}; expected an object"
-        )
+        raise _null()
+    doc = _document(value, shape.codec)
     if shape.key_path:
         skey = _key_in(doc, shape)
     else:
@@ -238,10 +210,35 @@ def key_field(value: bytes | None, shape: Shape) -> str:
     the input is repartitioned by. :class:`InvalidMessage` when the value
     cannot be read or names no key."""
     if value is None:
-        raise InvalidMessage(Reason.NULL_VALUE, "the value is null (a tombstone)")
+        raise _null()
+    return _key_in(_document(value, shape.codec), shape)
+
+
+def _null() -> InvalidMessage:
+    return InvalidMessage(
+        Reason.NULL_VALUE, "the value is null (a tombstone); expected a JSON object"
+    )
+
+
+def _document(value: bytes, codec: Codec | None) -> Any:
+    """A record value as a mapping (JSON, or ``codec``'s), or
+    :class:`InvalidMessage` saying why it is none."""
+    if codec is None:
+        try:
+            doc = orjson.loads(value)
+        except orjson.JSONDecodeError as exc:
+            text = str(exc)
+            reason = Reason.INVALID_UTF8 if "utf-8" in text.lower() else Reason.INVALID_JSON
+            raise InvalidMessage(reason, f"the value is not valid JSON: {text}") from None
+        if type(doc) is not dict:
+            raise InvalidMessage(
+                Reason.NOT_AN_OBJECT,
+                f"the value is a JSON {type(doc).__name__}; expected an object",
+            )
+        return doc
     try:
-        doc = orjson.loads(value) if shape.codec is None else shape.codec.decode(value)
-    except Exception as exc:  # noqa: BLE001 - JSON or the user's codec: a bad record
+        doc = codec.decode(value)
+    except Exception as exc:  # noqa: BLE001 - the user's codec: any failure is a bad record
         raise InvalidMessage(
             Reason.INVALID_JSON, f"the value cannot be decoded: {type(exc).__name__}: {exc}"
         ) from None
@@ -249,7 +246,7 @@ def key_field(value: bytes | None, shape: Shape) -> str:
         raise InvalidMessage(
             Reason.NOT_AN_OBJECT, f"the value is a {type(doc).__name__}; expected an object"
         )
-    return _key_in(doc, shape)
+    return doc
 
 
 def _dig(doc: Mapping[str, Any], path: tuple[str, ...], what: str) -> Any:

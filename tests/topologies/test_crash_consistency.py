@@ -166,6 +166,23 @@ class World:
         self.produce(batch, delivered)
         self.crash(cut, None)
 
+    def play(self, action: tuple) -> None:  # type: ignore[type-arg]
+        """One step of a script (:func:`actions_for`)."""
+        if action[0] == "record":
+            self.record()
+        elif action[0] == "tick":
+            self.tick(1.5)
+        elif action[0] == "cycle":
+            self.cycle()
+        elif action[0] == "commit":
+            self.commit()
+        elif action[0] == "stop":
+            self.stop()
+        elif action[0] == "crash-pipelined":
+            self.crash_pipelined(action[1], action[2], action[3])
+        else:
+            self.crash(action[1], action[2])
+
     def finish(self) -> None:
         while self.position < len(self.inputs):
             self.record()
@@ -175,24 +192,29 @@ class World:
             self.commit()
 
 
-actions = st.one_of(
-    st.just(("record",)),
-    st.just(("tick",)),
-    st.just(("cycle",)),
-    st.just(("commit",)),
-    st.just(("stop",)),
-    st.tuples(
-        st.just("crash"),
-        st.floats(0, 1),
-        st.none() | st.fixed_dictionaries({t: st.integers(0, 6) for t in TOPICS}),
-    ),
-    st.tuples(
-        st.just("crash-pipelined"),
-        st.integers(0, 6),
-        st.floats(0, 1),
-        st.fixed_dictionaries({t: st.integers(0, 6) for t in TOPICS}),
-    ),
-)
+def actions_for(topics: tuple[str, ...]) -> st.SearchStrategy[tuple]:  # type: ignore[type-arg]
+    """What a script may do (``World.play``), delivered prefixes per topic."""
+    return st.one_of(
+        st.just(("record",)),
+        st.just(("tick",)),
+        st.just(("cycle",)),
+        st.just(("commit",)),
+        st.just(("stop",)),
+        st.tuples(
+            st.just("crash"),
+            st.floats(0, 1),
+            st.none() | st.fixed_dictionaries({t: st.integers(0, 6) for t in topics}),
+        ),
+        st.tuples(
+            st.just("crash-pipelined"),
+            st.integers(0, 6),
+            st.floats(0, 1),
+            st.fixed_dictionaries({t: st.integers(0, 6) for t in topics}),
+        ),
+    )
+
+
+actions = actions_for(TOPICS)
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -210,20 +232,7 @@ def test_a_crash_anywhere_loses_nothing_and_keeps_order(seed: int, script: list[
     config = Settings.of(bootstrap="unused", gap_timeout=2.0, max_buffered_per_key=6)
     world = World(inputs, config)
     for action in script:
-        if action[0] == "record":
-            world.record()
-        elif action[0] == "tick":
-            world.tick(1.5)
-        elif action[0] == "cycle":
-            world.cycle()
-        elif action[0] == "commit":
-            world.commit()
-        elif action[0] == "stop":
-            world.stop()
-        elif action[0] == "crash-pipelined":
-            world.crash_pipelined(action[1], action[2], action[3])
-        else:
-            world.crash(action[1], action[2])
+        world.play(action)
     world.finish()
     out = world.outputs
     report = verify(inputs, out["ordered"], out["deduped"], out["dlq"] + out["late"], drained=True)
