@@ -113,12 +113,7 @@ def parse(
     the ``seq`` and ``messageId`` fields, with ``type`` required)."""
     if shape is not DEFAULT_SHAPE and not shape.is_default:
         return _parse_shaped(key, value, time_field, shape, headers)
-    if key is None or key == b"":
-        raise InvalidMessage(Reason.MISSING_KEY, "the Kafka key (the sequence key) is empty")
-    try:
-        skey = key.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise InvalidMessage(Reason.INVALID_KEY, f"the Kafka key is not UTF-8: {exc}") from None
+    skey = _kafka_key(key)
     if value is None:
         raise _null()
     doc = _document(value, None)
@@ -152,12 +147,7 @@ def _parse_shaped(
     if shape.key_path:
         skey = _key_in(doc, shape)
     else:
-        if key is None or key == b"":
-            raise InvalidMessage(Reason.MISSING_KEY, "the Kafka key (the sequence key) is empty")
-        try:
-            skey = key.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise InvalidMessage(Reason.INVALID_KEY, f"the Kafka key is not UTF-8: {exc}") from None
+        skey = _kafka_key(key)
     if shape.seq_header:
         raw = _header(headers, shape.seq_header, "seq")
         try:
@@ -212,6 +202,15 @@ def key_field(value: bytes | None, shape: Shape) -> str:
     if value is None:
         raise _null()
     return _key_in(_document(value, shape.codec), shape)
+
+
+def _kafka_key(key: bytes | None) -> str:
+    if key is None or key == b"":
+        raise InvalidMessage(Reason.MISSING_KEY, "the Kafka key (the sequence key) is empty")
+    try:
+        return key.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InvalidMessage(Reason.INVALID_KEY, f"the Kafka key is not UTF-8: {exc}") from None
 
 
 def _null() -> InvalidMessage:
