@@ -144,10 +144,7 @@ def _parse_shaped(
     if value is None:
         raise _null()
     doc = _document(value, shape.codec)
-    if shape.key_path:
-        skey = _key_in(doc, shape)
-    else:
-        skey = _kafka_key(key)
+    skey = _key_in(doc, shape) if shape.key_path else _kafka_key(key)
     if shape.seq_header:
         raw = _header(headers, shape.seq_header, "seq")
         try:
