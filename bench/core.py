@@ -73,6 +73,13 @@ def _table(directory: Path, settings: Settings) -> Any:
     )
 
 
+def count(state: Any, message: Any) -> tuple[Any, list[Any]]:
+    """The smallest useful ordered processor (``--processor``): a count per
+    key, and one output per message."""
+    n = (state or 0) + 1
+    return n, [n]
+
+
 def _partitions(records: Records) -> list[int]:
     return [(murmur2(key) & 0x7FFFFFFF) % PARTITIONS for key, _ in records]
 
@@ -80,13 +87,13 @@ def _partitions(records: Records) -> list[int]:
 class Core:
     """One fresh topology and store (a new RocksDB) per run."""
 
-    def __init__(self, settings: Settings, directory: Path) -> None:
+    def __init__(self, settings: Settings, directory: Path, processor: Any = None) -> None:
         self.local = AcknowledgingProducer(PARTITIONS, PRODUCER_BATCH_BYTES)
         self.producer = BatchProducer(lambda: self.local)
         self.store = FaustRocksStore(
             _table(directory, settings), self.producer, deferred=codecs.BUFFER
         )
-        self.topology = OrderedTopology(settings, Stores(self.store))
+        self.topology = OrderedTopology(settings, Stores(self.store), processor)
         self.topology.on_assigned(set(range(PARTITIONS)))
         self.parts: dict[str, float] = dict.fromkeys(
             ("local writes", "changelog", "grouping", "outputs", "confirm"), 0.0
@@ -159,7 +166,7 @@ def rounds(args: argparse.Namespace, say: Callable[[str], None]) -> dict[str, An
     results: dict[str, Any] = {"records": len(records), "rounds": []}
     for n in range(1, args.rounds + 1):
         with tempfile.TemporaryDirectory(prefix="seqkeeper-core-") as tmp:
-            core = Core(settings, Path(tmp))
+            core = Core(settings, Path(tmp), count if args.processor else None)
             gc_time = GcTime()
             gc.callbacks.append(gc_time)
             try:
@@ -207,7 +214,8 @@ def instructions(args: argparse.Namespace) -> int:
             "--cycle",
             str(args.cycle),
             "--once",
-        ] + (["--skip"] if skip else [])
+        ]
+        cmd += (["--skip"] if skip else []) + (["--processor"] if args.processor else [])
         out = subprocess.run(cmd, capture_output=True, text=True, check=True).stderr
         found = re.search(r"I\s+refs:\s+([\d,]+)", out)
         if found is None:
@@ -225,6 +233,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--instructions", action="store_true", help="count with cachegrind")
     parser.add_argument("--json", type=Path, help="write the figures here")
+    parser.add_argument(
+        "--processor", action="store_true", help="with an ordered processor (a count per key)"
+    )
     parser.add_argument("--once", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--skip", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -234,7 +245,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.once:  # one run under cachegrind: set up alike, loop or not
         settings, records, partitions = _setup(args)
         with tempfile.TemporaryDirectory(prefix="seqkeeper-core-") as tmp:
-            core = Core(settings, Path(tmp))
+            core = Core(settings, Path(tmp), count if args.processor else None)
             if not args.skip:
                 asyncio.run(core.run(records, partitions, args.cycle))
         return

@@ -383,6 +383,8 @@ class OrderedTopology(OutboxOwner):
         """A cycle takes ``batch``: publish the metrics counted per record."""
         self.metrics.messages_in.inc(self.arrived)
         self.arrived = 0
+        if self.stage is not None:
+            self.stage.publish()
         self.metrics.buffered.set(self.total_buffered)
         if batch:  # an empty one is never confirmed
             self.in_flight[id(batch)] = batch

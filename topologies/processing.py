@@ -54,6 +54,7 @@ from seqkeeper.processors.envelope import Codec
 from seqkeeper.processors.processor import (
     PROCESSOR_FAILED,
     InvalidResult,
+    Message,
     Processor,
     dead_letter,
     describe_error,
@@ -76,6 +77,8 @@ Slot = tuple[int, str]
 Stored = tuple[int, str, int]
 #: Keys processed at the same time by one drain (each key in order).
 CONCURRENT_KEYS = 64
+#: Keys' records kept in memory (when there are more, all are dropped).
+RECORDS_KEPT = 100_000
 
 
 def _first(item: Emission) -> int:
@@ -126,6 +129,10 @@ class ProcessorStage:
         self.busy: set[Slot] = set()
         self.owned: set[int] = set()
         self.epoch = 0  # moves on every revocation and assignment
+        #: the keys' records as last written or read (only this stage writes
+        #: them; dropped at every assignment, when the store may change)
+        self.records: dict[Slot, tuple[int, bytes | None]] = {}
+        self.counted = 0
         r = metrics.registry
         self.processed = Counter(
             "seqkeeper_processor_messages", "Messages the ordered processor processed", registry=r
@@ -144,15 +151,17 @@ class ProcessorStage:
         released them is written."""
         slot = (partition, key)
         if slot not in self.queues and not self.is_async:
-            cursor, state = self.load(partition, key)
+            record = self.load(partition, key)
             for i, item in enumerate(items):
-                if is_done(item, cursor):
+                if is_done(item, record[0]):
                     continue
-                ok, result = self.call_sync(state, message_of(key, item, self.decode))
-                if not self.settle(partition, key, item, ok, result, queued=False, wall=wall):
+                message = message_of(key, item, self.decode)
+                ok, result = self.call_sync(_state(record[1]), message)
+                after = self.settle(partition, key, item, message, record, ok, result, False, wall)
+                if after is None:
                     self.enqueue(slot, items[i:])
                     return
-                cursor, state = self.load(partition, key)
+                record = after
             return
         self.enqueue(slot, items)
         if slot not in self.waiting:
@@ -170,11 +179,24 @@ class ProcessorStage:
         if changes:
             self.store.write(partition, changes)
 
-    def load(self, partition: int, key: str) -> tuple[int, Any]:
-        """The key's cursor and ``fn``'s state (decoded afresh: ``fn`` may
-        change the object it was given)."""
-        cursor, raw = codecs.decode_processed(self.store.get(partition, codecs.processed_key(key)))
-        return cursor, None if raw is None else orjson.loads(raw)
+    def load(self, partition: int, key: str) -> tuple[int, bytes | None]:
+        """The key's record: its cursor and ``fn``'s state as stored (as
+        last written here, or read)."""
+        slot = (partition, key)
+        found = self.records.get(slot)
+        if found is None:
+            if len(self.records) >= RECORDS_KEPT:
+                self.records.clear()
+            raw = self.store.get(partition, codecs.processed_key(key))
+            found = self.records[slot] = codecs.decode_processed(raw)
+        return found
+
+    def publish(self) -> None:
+        """Publish the count of messages processed (counted per message,
+        published per outbox cycle: a counter's increment costs more)."""
+        if self.counted:
+            self.processed.inc(self.counted)
+            self.counted = 0
 
     # -- running fn ----------------------------------------------------------
     def call_sync(self, state: Any, message: Any) -> tuple[bool, Any]:
@@ -207,18 +229,21 @@ class ProcessorStage:
         partition: int,
         key: str,
         item: Emission,
+        message: Message,
+        record: tuple[int, bytes | None],
         ok: bool,
         result: Any,
         queued: bool,
         wall: float,
-    ) -> bool:
-        """Write and queue what one run of ``fn`` on ``item`` came to, in one
-        block; whether the key may go on (``False``: a retry is armed)."""
+    ) -> tuple[int, bytes] | None:
+        """Write and queue what one run of ``fn`` on ``item`` (as
+        ``message``, with the key's ``record`` before it) came to, in one
+        block; the key's new record, or ``None`` when a retry is armed."""
         slot = (partition, key)
-        cursor, _ = self.load(partition, key)
+        cursor = record[0]
         if ok:
             try:
-                state, records = results(message_of(key, item, self.decode), result)
+                state, records = results(message, result)
             except InvalidResult as exc:
                 ok, result = False, exc
         if not ok:
@@ -233,7 +258,7 @@ class ProcessorStage:
                     "processor failed on key=%s seq=%s (attempt %d of %d): %s",
                     key, _first(item), attempts, self.retry.attempts, error,
                 )  # fmt: skip
-                return False
+                return None
             offset = (
                 -1
                 if isinstance(item, GapSkipped)
@@ -242,8 +267,7 @@ class ProcessorStage:
             records = [
                 dead_letter(key, item, error, cls, attempts, (self.input_topic, partition, offset))
             ]
-            raw = self.store.get(partition, codecs.processed_key(key))
-            state = codecs.decode_processed(raw)[1] or b"null"
+            state = record[1] or b"null"
             self.dead_lettered.labels(PROCESSOR_FAILED).inc()
             log.error(
                 "processor gave up on key=%s seq=%s: dead-lettered: %s", key, _first(item), error
@@ -253,13 +277,8 @@ class ProcessorStage:
         changes: list[Change] = []
         if records:
             changes.append((codecs.outputs_key(key, seq), codecs.encode_outs(records), ()))
-        changes.append(
-            (
-                codecs.processed_key(key),
-                codecs.encode_processed(max(cursor, last_seq(item)), state),
-                (),
-            )
-        )
+        cursor = max(cursor, last_seq(item))
+        changes.append((codecs.processed_key(key), codecs.encode_processed(cursor, state), ()))
         if queued:
             changes.append((codecs.queued_key(key, seq), None, ()))
         self.store.write(partition, changes)
@@ -267,8 +286,9 @@ class ProcessorStage:
             self.emit(role, kbytes, value, headers)
         if records:
             self.stored(partition, key, seq)
-        self.processed.inc()
-        return True
+        self.counted += 1
+        self.records[slot] = (cursor, state)
+        return cursor, state
 
     # -- the queue -------------------------------------------------------------
     def pending(self) -> Any:
@@ -301,16 +321,19 @@ class ProcessorStage:
                     self.queues.pop(slot, None)
                     return
                 item = queue[0]
-                cursor, state = self.load(partition, key)
-                if is_done(item, cursor):  # processed before a crash cut its deletion
+                record = self.load(partition, key)
+                if is_done(item, record[0]):  # processed before a crash cut its deletion
                     self.store.write(partition, [(codecs.queued_key(key, _first(item)), None, ())])
                     queue.popleft()
                     continue
-                ok, result = await self.call(state, message_of(key, item, self.decode))
+                message = message_of(key, item, self.decode)
+                ok, result = await self.call(_state(record[1]), message)
                 if self.epoch != epoch or partition not in self.owned:
                     return  # reassigned meanwhile: the queue entry is still stored
-                if not self.settle(
-                    partition, key, item, ok, result, queued=True, wall=self.clock()
+                wall = self.clock()
+                if (
+                    self.settle(partition, key, item, message, record, ok, result, True, wall)
+                    is None
                 ):
                     return
                 queue.popleft()
@@ -330,12 +353,14 @@ class ProcessorStage:
 
     def on_revoked(self) -> None:
         self.epoch += 1  # a drain under way stops at its next await
+        self.records.clear()
 
     def on_assigned(self, partitions: set[int]) -> int:
         """Rebuild the queues from ``Q``; produce again the stored outputs
         (``O``) not confirmed. How many outputs are produced again."""
         self.epoch += 1
         self.owned = set(partitions)
+        self.records.clear()
         self.queues.clear()
         self.attempts.clear()
         self.waiting.clear()
@@ -378,3 +403,9 @@ class ProcessorStage:
                 )
         for partition, changes in by_partition.items():
             self.store.write(partition, changes)
+
+
+def _state(raw: bytes | None) -> Any:
+    """``fn``'s state, decoded afresh for each call (``fn`` may change the
+    object it is given; what counts is what it returns)."""
+    return None if raw is None else orjson.loads(raw)
