@@ -36,6 +36,7 @@ __all__ = [
     "Output",
     "Processor",
     "dead_letter",
+    "first_seq",
     "is_done",
     "last_seq",
     "message_of",
@@ -89,6 +90,11 @@ Processor = Callable[
 
 class InvalidResult(TypeError):
     """``fn`` returned something seqkeeper cannot store or produce."""
+
+
+def first_seq(item: Emission) -> int:
+    """The first sequence an emission covers (a gap covers a range)."""
+    return item.first if isinstance(item, GapSkipped) else item.seq
 
 
 def last_seq(item: Emission) -> int:
@@ -189,7 +195,5 @@ def dead_letter(
         PROCESSOR_FAILED, detail, *origin, exception_class=exception_class
     )
     headers.append(("seqkeeper.attempts", str(attempts).encode()))
-    headers.append(
-        ("seqkeeper.seq", str(item.first if isinstance(item, GapSkipped) else item.seq).encode())
-    )
+    headers.append(("seqkeeper.seq", str(first_seq(item)).encode()))
     return ("dlq", key.encode(), item.value, headers)

@@ -31,6 +31,7 @@ With an ordered processor (:mod:`processors.processor`), three more:
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterable
 from typing import Any
 
 import orjson
@@ -133,11 +134,9 @@ def encode_message(message: Message, packed: bool = False) -> bytes:
         _PACKED_HEAD.pack(message.seq, when is not None, 0.0 if when is None else when),
         _bytes(message.message_id.encode("utf-8")),
         _bytes(message.type.encode("utf-8")),
-        _COUNT.pack(len(message.headers)),
+        _headers(message.headers),
+        message.value,
     ]
-    for name, h in message.headers:
-        parts += [_bytes(name.encode("utf-8")), _bytes(bytes(h))]
-    parts.append(message.value)
     return b"".join(parts)
 
 
@@ -145,22 +144,12 @@ def decode_message(key: str, raw: bytes) -> Message:
     """What :func:`encode_message` wrote (its original bytes: parsed)."""
     if raw[:1] != _PACKED:
         return parse(key.encode("utf-8"), raw)
-    view = memoryview(raw)
-    seq, has_time, when = _PACKED_HEAD.unpack_from(view, 1)
-    at = 1 + _PACKED_HEAD.size
-
-    def take() -> bytes:
-        nonlocal at
-        (n,) = _LEN.unpack_from(view, at)
-        at += 4 + n
-        return bytes(view[at - n : at])
-
-    message_id, mtype = take().decode("utf-8"), take().decode("utf-8")
-    (count,) = _COUNT.unpack_from(view, at)
-    at += 2
-    headers = tuple((take().decode("utf-8"), take()) for _ in range(count))
+    seq, has_time, when = _PACKED_HEAD.unpack_from(raw, 1)
+    read = _Reader(raw, 1 + _PACKED_HEAD.size)
+    message_id, mtype = read.take().decode("utf-8"), read.take().decode("utf-8")
+    headers = tuple(read.headers())
     return Message(
-        key, message_id, int(seq), mtype, bytes(view[at:]), when if has_time else None, headers
+        key, message_id, int(seq), mtype, read.rest(), when if has_time else None, headers
     )
 
 
@@ -214,38 +203,56 @@ def encode_outs(records: list[tuple[str, bytes, bytes, list[tuple[str, bytes]] |
     """Output records (role, key, value, headers), length-prefixed."""
     parts = [_COUNT.pack(len(records))]
     for role, key, value, headers in records:
-        hs = headers or ()
-        parts += [_bytes(role.encode()), _bytes(key), _bytes(value), _COUNT.pack(len(hs))]
-        for name, h in hs:
-            parts += [_bytes(name.encode()), _bytes(h)]
+        parts += [_bytes(role.encode()), _bytes(key), _bytes(value), _headers(headers or ())]
     return b"".join(parts)
 
 
 def decode_outs(raw: bytes) -> list[tuple[str, bytes, bytes, list[tuple[str, bytes]] | None]]:
-    view = memoryview(raw)
-    (count,) = _COUNT.unpack_from(view, 0)
-    at = 2
+    read = _Reader(raw, 0)
     out: list[tuple[str, bytes, bytes, list[tuple[str, bytes]] | None]] = []
-
-    def take() -> bytes:
-        nonlocal at
-        (n,) = _LEN.unpack_from(view, at)
-        at += 4 + n
-        return bytes(view[at - n : at])
-
-    for _ in range(count):
-        role, key, value = take().decode(), take(), take()
-        (nh,) = _COUNT.unpack_from(view, at)
-        at += 2
-        headers = [(take().decode(), take()) for _ in range(nh)]
-        out.append((role, key, value, headers or None))
-    if at != len(raw):
+    for _ in range(read.count()):
+        role, key, value = read.take().decode(), read.take(), read.take()
+        out.append((role, key, value, read.headers() or None))
+    if read.rest():
         raise ValueError("trailing bytes after the output records")
     return out
 
 
 def _bytes(b: bytes) -> bytes:
     return _LEN.pack(len(b)) + b
+
+
+def _headers(headers: Iterable[tuple[str, bytes]]) -> bytes:
+    """Headers, counted, each name and value length-prefixed."""
+    pairs = list(headers)
+    parts = [_COUNT.pack(len(pairs))]
+    for name, h in pairs:
+        parts += [_bytes(name.encode("utf-8")), _bytes(bytes(h))]
+    return b"".join(parts)
+
+
+class _Reader:
+    """Reads what :func:`_bytes`, :func:`_headers` and ``_COUNT`` wrote."""
+
+    def __init__(self, raw: bytes, at: int) -> None:
+        self.view = memoryview(raw)
+        self.at = at
+
+    def count(self) -> int:
+        (n,) = _COUNT.unpack_from(self.view, self.at)
+        self.at += 2
+        return int(n)
+
+    def take(self) -> bytes:
+        (n,) = _LEN.unpack_from(self.view, self.at)
+        self.at += 4 + n
+        return bytes(self.view[self.at - n : self.at])
+
+    def headers(self) -> list[tuple[str, bytes]]:
+        return [(self.take().decode("utf-8"), self.take()) for _ in range(self.count())]
+
+    def rest(self) -> bytes:
+        return bytes(self.view[self.at :])
 
 
 def compact_json(doc: Any) -> bytes:

@@ -58,6 +58,7 @@ from seqkeeper.processors.processor import (
     Processor,
     dead_letter,
     describe_error,
+    first_seq,
     is_done,
     last_seq,
     message_of,
@@ -79,10 +80,6 @@ Stored = tuple[int, str, int]
 CONCURRENT_KEYS = 64
 #: Keys' records kept in memory (when there are more, all are dropped).
 RECORDS_KEPT = 100_000
-
-
-def _first(item: Emission) -> int:
-    return item.first if isinstance(item, GapSkipped) else item.seq
 
 
 class ProcessorStage:
@@ -131,7 +128,7 @@ class ProcessorStage:
         self.epoch = 0  # moves on every revocation and assignment
         #: the keys' records as last written or read (only this stage writes
         #: them; dropped at every assignment, when the store may change)
-        self.records: dict[Slot, tuple[int, bytes | None]] = {}
+        self.key_records: dict[Slot, tuple[int, bytes | None]] = {}
         self.counted = 0
         r = metrics.registry
         self.processed = Counter(
@@ -174,7 +171,11 @@ class ProcessorStage:
         for item in items:
             queue.append(item)
             changes.append(
-                (codecs.queued_key(key, _first(item)), codecs.encode_queued(item, packed=True), ())
+                (
+                    codecs.queued_key(key, first_seq(item)),
+                    codecs.encode_queued(item, packed=True),
+                    (),
+                )
             )
         if changes:
             self.store.write(partition, changes)
@@ -183,12 +184,12 @@ class ProcessorStage:
         """The key's record: its cursor and ``fn``'s state as stored (as
         last written here, or read)."""
         slot = (partition, key)
-        found = self.records.get(slot)
+        found = self.key_records.get(slot)
         if found is None:
-            if len(self.records) >= RECORDS_KEPT:
-                self.records.clear()
+            if len(self.key_records) >= RECORDS_KEPT:
+                self.key_records.clear()
             raw = self.store.get(partition, codecs.processed_key(key))
-            found = self.records[slot] = codecs.decode_processed(raw)
+            found = self.key_records[slot] = codecs.decode_processed(raw)
         return found
 
     def publish(self) -> None:
@@ -256,7 +257,7 @@ class ProcessorStage:
                 self.retries.arm(partition, key, wall + self.retry.delay(attempts))
                 log.warning(
                     "processor failed on key=%s seq=%s (attempt %d of %d): %s",
-                    key, _first(item), attempts, self.retry.attempts, error,
+                    key, first_seq(item), attempts, self.retry.attempts, error,
                 )  # fmt: skip
                 return None
             offset = (
@@ -270,10 +271,10 @@ class ProcessorStage:
             state = record[1] or b"null"
             self.dead_lettered.labels(PROCESSOR_FAILED).inc()
             log.error(
-                "processor gave up on key=%s seq=%s: dead-lettered: %s", key, _first(item), error
+                "processor gave up on key=%s seq=%s: dead-lettered: %s", key, first_seq(item), error
             )
         self.attempts.pop(slot, None)
-        seq = _first(item)
+        seq = first_seq(item)
         changes: list[Change] = []
         if records:
             changes.append((codecs.outputs_key(key, seq), codecs.encode_outs(records), ()))
@@ -287,7 +288,7 @@ class ProcessorStage:
         if records:
             self.stored(partition, key, seq)
         self.counted += 1
-        self.records[slot] = (cursor, state)
+        self.key_records[slot] = (cursor, state)
         return cursor, state
 
     # -- the queue -------------------------------------------------------------
@@ -323,7 +324,9 @@ class ProcessorStage:
                 item = queue[0]
                 record = self.load(partition, key)
                 if is_done(item, record[0]):  # processed before a crash cut its deletion
-                    self.store.write(partition, [(codecs.queued_key(key, _first(item)), None, ())])
+                    self.store.write(
+                        partition, [(codecs.queued_key(key, first_seq(item)), None, ())]
+                    )
                     queue.popleft()
                     continue
                 message = message_of(key, item, self.decode)
@@ -353,14 +356,14 @@ class ProcessorStage:
 
     def on_revoked(self) -> None:
         self.epoch += 1  # a drain under way stops at its next await
-        self.records.clear()
+        self.key_records.clear()
 
     def on_assigned(self, partitions: set[int]) -> int:
         """Rebuild the queues from ``Q``; produce again the stored outputs
         (``O``) not confirmed. How many outputs are produced again."""
         self.epoch += 1
         self.owned = set(partitions)
-        self.records.clear()
+        self.key_records.clear()
         self.queues.clear()
         self.attempts.clear()
         self.waiting.clear()

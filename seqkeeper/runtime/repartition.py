@@ -58,8 +58,6 @@ class Repartitioner:
         self.settings = settings
         self.shape = shape
         self.topic = topic  # the repartition topic
-        self.moved = 0
-        self.dead_lettered = 0
 
     async def run(self) -> None:
         s = self.settings
@@ -100,10 +98,8 @@ class Repartitioner:
                 key, headers = route(r, self.shape, input_topic)
                 if key is None:
                     topic, key = self.settings.ordered.dlq_topic, r.key
-                    self.dead_lettered += 1
                 else:
                     topic = self.topic
-                    self.moved += 1
                 sent.append(
                     await producer.send(
                         topic, r.value, key=key, headers=headers, timestamp_ms=r.timestamp
