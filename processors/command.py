@@ -56,7 +56,7 @@ messageIds and bytes.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, TypeVar
 
@@ -149,15 +149,6 @@ def entity_key(tenant_id: str, partition_key: str) -> str:
 
 def receipt_id(tenant_id: str, message_id: str) -> str:
     return scoped(tenant_id, message_id)
-
-
-#: Record headers a command's reply and events carry on (a W3C trace).
-TRACE_HEADERS = ("traceparent", "tracestate")
-
-
-def trace_of(headers: Iterable[tuple[str, bytes]]) -> tuple[tuple[str, bytes], ...]:
-    """The trace headers among a record's headers, in their order."""
-    return tuple((k, bytes(v)) for k, v in headers if k in TRACE_HEADERS)
 
 
 def parse_command(

@@ -9,7 +9,7 @@ through unchanged because the original bytes are what we emit.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any, NoReturn, Protocol
 
@@ -63,6 +63,16 @@ class Message:
     #: Event time in seconds, when a time field is configured and present.
     event_time: float | None = None
     headers: Headers = ()
+
+
+#: Headers that go on from a message to what is made of it (a command's
+#: reply and events, a processor's outputs): a W3C trace.
+TRACE_HEADERS = ("traceparent", "tracestate")
+
+
+def trace_of(headers: Iterable[tuple[str, bytes]]) -> tuple[tuple[str, bytes], ...]:
+    """The trace headers among a record's headers, in their order."""
+    return tuple((k, bytes(v)) for k, v in headers if k in TRACE_HEADERS)
 
 
 class Codec(Protocol):

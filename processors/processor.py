@@ -26,6 +26,7 @@ from typing import Any, Union
 import orjson
 
 from seqkeeper.processors.dead_letter import dead_letter_headers
+from seqkeeper.processors.envelope import trace_of
 from seqkeeper.processors.resequencer import GAP_SKIPPED, Emission, GapSkipped
 
 __all__ = [
@@ -121,11 +122,6 @@ def message_of(key: str, item: Emission, decode: Callable[[bytes], Any] = orjson
     return Message(key, item.seq, item.message_id, item.type, data, body, item.headers)
 
 
-#: Headers an output takes from its input unless it sets them itself: a
-#: W3C trace goes on through the processor.
-TRACE_HEADERS = ("traceparent", "tracestate")
-
-
 def results(message: Message, result: Any) -> tuple[bytes, list[OutRecord]]:
     """Check what ``fn`` returned for ``message`` and encode it: the new
     state as JSON, and the output records (role ``"processed"``) with their
@@ -167,7 +163,7 @@ def results(message: Message, result: Any) -> tuple[bytes, list[OutRecord]]:
             (name, h.encode() if isinstance(h, str) else bytes(h)) for name, h in out.headers
         ]
         own = {name for name, _ in headers}
-        headers += [(n, h) for n, h in message.headers if n in TRACE_HEADERS and n not in own]
+        headers += [(n, h) for n, h in trace_of(message.headers) if n not in own]  # a trace goes on
         records.append(("processed", key.encode(), value, headers or None))
     return encoded_state, records
 

@@ -59,11 +59,10 @@ from seqkeeper.processors.command import (
     receipt_id,
     returned,
     timed_out,
-    trace_of,
     unscoped,
 )
 from seqkeeper.processors.dead_letter import dead_letter_headers
-from seqkeeper.processors.envelope import InvalidMessage
+from seqkeeper.processors.envelope import InvalidMessage, trace_of
 from seqkeeper.runtime.protocol import (
     Batch,
     InputRecord,
