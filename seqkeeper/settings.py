@@ -204,6 +204,16 @@ class RuntimeSettings:
         "(command handler + outbox; its app id gets the suffix -commands).",
         choice(*TOPOLOGIES),
     )
+    processing_guarantee: str = var(
+        "SEQKEEPER_PROCESSING_GUARANTEE",
+        "auto",
+        "auto: exactly_once when the broker has transactions, else at_least_once. "
+        "exactly_once: Kafka transactions (outputs, state and input offsets committed "
+        "together; read_committed consumers see each output once); refused on a broker "
+        "without transactions. at_least_once: the write-ahead outbox (duplicates after a "
+        "crash are byte-identical).",
+        choice("auto", "at_least_once", "exactly_once"),
+    )
     data_dir: Path = var(
         "SEQKEEPER_DATA_DIR",
         "./seqkeeper-data",

@@ -97,6 +97,7 @@ def run_worker(settings: Settings) -> None:
     """Run the worker in the foreground until SIGINT/SIGTERM (graceful stop)."""
 
     from seqkeeper.runtime.app import build_app
+    from seqkeeper.runtime.guarantee import choose_guarantee
     from seqkeeper.runtime.task import LocalState
     from seqkeeper.topologies import commands, ordered
 
@@ -117,6 +118,7 @@ def run_worker(settings: Settings) -> None:
         if settings.runtime.web_port == 0:
             settings = settings.with_overrides(web_port=web_port_for(settings))
         await_broker_and_topics(settings)
+        settings = choose_guarantee(settings, embedded=isinstance(current_local(), EmbeddedBroker))
         app, task = build_app(settings, wiring(settings), beside=repartitioner(settings, codec))
         local = LocalState(settings.runtime.data_dir, Path(app.conf.tabledir))
         app.local_state_check = local.open(lambda line: print(line, flush=True))
