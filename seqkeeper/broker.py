@@ -193,8 +193,12 @@ def kafka_home_from_env() -> Path | None:
 
 
 def _cluster_id() -> str:
-    """A random KRaft cluster id (what ``kafka-storage.sh random-uuid`` prints)."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    """A random KRaft cluster id (what ``kafka-storage.sh random-uuid`` prints:
+    never one starting with ``-``, which the tool would take for an option)."""
+    while True:
+        found = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not found.startswith("-"):
+            return found
 
 
 class KafkaBroker(_BrokerProcess):
