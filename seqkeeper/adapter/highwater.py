@@ -12,8 +12,19 @@ answers with the fetch high watermark, which is exact on the embedded broker
 and equal to ``end_offsets()`` on Apache Kafka: correct on both, and no
 change on Kafka.
 
-Transactions (``processing_guarantee="exactly_once"``) keep Faust's own
-path: there the last stable offset, not the high watermark, is the bound.
+seqkeeper's exactly-once (the app's ``read_committed``, issue 35) writes
+every changelog record in a transaction, so a changelog partition ends with
+a commit or abort marker, and aborted records may precede it. Neither is
+ever delivered, so recovery, which waits for the last record applied to
+reach "highwater - 1", would never end on the high watermark (Faust's own
+fallback, ``detect_aborted_tx``, runs only in Faust's transaction mode), and
+the offset persisted in RocksDB (our last changelog record) could be taken
+for one past the end. There the answer is
+:func:`seqkeeper.adapter.offsets.committed_ends`: 1 + the offset of the last
+committed record, read as read_committed.
+
+Faust's own transactions (``processing_guarantee="exactly_once"``, the
+consumer's ``in_transaction``) keep Faust's own path.
 
 Private members: none beyond the overridden method.
 """
@@ -27,11 +38,12 @@ from aiokafka import TopicPartition
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TP
 
-from seqkeeper.adapter.offsets import end_offsets
+from seqkeeper.adapter.offsets import committed_ends, end_offsets
 
 
 class HighwaterThread(faust_aiokafka.AIOKafkaConsumerThread):
-    """Faust's consumer thread with exact partition ends."""
+    """Faust's consumer thread with exact partition ends (committed ends in
+    exactly-once)."""
 
     async def _highwaters(self, partitions: Iterable[TP]) -> Mapping[TP, int]:
         if self.consumer.in_transaction:
@@ -41,7 +53,10 @@ class HighwaterThread(faust_aiokafka.AIOKafkaConsumerThread):
         auth = faust_aiokafka.credentials_to_aiokafka_auth(
             conf.broker_credentials, conf.ssl_context
         )
-        ends = await end_offsets(
+        # Exactly-once: the changelog ends with a marker; read_committed is
+        # set by seqkeeper's App (seqkeeper.adapter.app) in that mode only.
+        exactly_once = getattr(self.app, "read_committed", False)
+        ends = await (committed_ends if exactly_once else end_offsets)(
             faust_aiokafka.server_list(transport.url, transport.default_port),
             [TopicPartition(tp.topic, tp.partition) for tp in partitions],
             timeout=conf.broker_request_timeout,

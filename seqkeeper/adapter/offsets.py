@@ -23,6 +23,25 @@ message.
 
 ``tests/integration/test_broker_deviations.py`` pins the deviation itself so
 that a broker that fixes it is noticed.
+
+Committed ends, for exactly-once
+--------------------------------
+A partition written in transactions does not end with a record: every
+transaction leaves a commit or abort marker, which takes an offset and is
+never delivered, and an aborted transaction leaves records no read_committed
+reader sees. A bound "the last offset before the end" is then never reached
+by the last record applied (Faust's recovery waits for exactly that), and a
+local offset of our own last record, compared with it, can look too high.
+:func:`committed_ends` answers with 1 + the offset of the last record a
+read_committed reader delivers (0 when there is none), found by reading the
+tail of the partition backwards in doubling windows: normally the tail is
+one transaction's records and a marker, so the first, small window holds
+the answer; a long run of aborted records costs a few more fetches. The
+last stable offset of a read_committed ListOffsets bounds the read (records
+of an open transaction past it are not decided yet); the fetch's own last
+stable offset can only raise it, which matters on the embedded broker,
+whose ListOffsets is short as above and which has no transactions (there
+the answer equals :func:`end_offsets`).
 """
 
 from __future__ import annotations
@@ -136,3 +155,89 @@ def as_topic_partitions(topic: str, partitions: int | Iterable[int]) -> list[Top
     """``TopicPartition`` objects for a topic's partitions (a count or numbers)."""
     numbers = range(partitions) if isinstance(partitions, int) else partitions
     return [TopicPartition(topic, p) for p in numbers]
+
+
+#: Records read back from a partition's end first: a transaction's records
+#: and its marker normally fit; the window doubles while it holds no record.
+_FIRST_WINDOW = 16
+
+
+async def committed_ends(
+    bootstrap_servers: str | list[str],
+    partitions: Iterable[TopicPartition],
+    timeout: float = 30.0,
+    **consumer_kwargs: Any,
+) -> dict[TopicPartition, int]:
+    """1 + the offset of the last record of each of ``partitions`` that a
+    read_committed reader sees (0 if none), through a short-lived consumer.
+    Control markers and aborted records are not records here: this is where
+    a reader of the committed data stops (see the module docstring)."""
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap_servers,
+        isolation_level="read_committed",
+        enable_auto_commit=False,
+        fetch_max_wait_ms=20,
+        **consumer_kwargs,
+    )
+    await consumer.start()
+    try:
+        return await _committed_ends(consumer, partitions, timeout)
+    finally:
+        await consumer.stop()
+
+
+async def _committed_ends(
+    consumer: AIOKafkaConsumer, partitions: Iterable[TopicPartition], timeout: float
+) -> dict[TopicPartition, int]:
+    tps = list(dict.fromkeys(partitions))
+    if not tps:
+        return {}
+    consumer.assign(tps)
+    begin = await consumer.beginning_offsets(tps)
+    # The last stable offset: read_committed ListOffsets answers with it.
+    upper = dict(await consumer.end_offsets(tps))
+    window = dict.fromkeys(tps, _FIRST_WINDOW)
+    start = {tp: max(begin[tp], upper[tp] - _FIRST_WINDOW) for tp in tps}
+    # Until a fetch answered for a partition, its end may still be raised by
+    # the fetch's last stable offset (the embedded broker's short ListOffsets).
+    unconfirmed = set(tps)
+    last: dict[TopicPartition, int] = {}
+    result: dict[TopicPartition, int] = {}
+    for tp in tps:
+        consumer.seek(tp, start[tp])
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while len(result) < len(tps):
+        remaining = deadline - loop.time()
+        if remaining <= 0:
+            missing = sorted(str(tp) for tp in tps if tp not in result)
+            raise EndOffsetTimeout(
+                f"no committed end for {', '.join(missing)} within {timeout}s; "
+                "is the broker reachable and the partition led by a live broker?"
+            )
+        reading = [tp for tp in tps if tp not in result]
+        # Short waits: a fetch of markers and aborted records only moves the
+        # position, and getmany keeps waiting for records until its timeout.
+        fetched = await consumer.getmany(*reading, timeout_ms=int(min(remaining, 0.02) * 1000))
+        for tp, records in fetched.items():
+            if records:
+                last[tp] = max(last.get(tp, -1), records[-1].offset)
+        for tp in reading:
+            if tp in unconfirmed:
+                lso = consumer.last_stable_offset(tp)
+                if lso is None:
+                    continue
+                upper[tp] = max(upper[tp], lso)
+                unconfirmed.discard(tp)
+            if await consumer.position(tp) < upper[tp]:
+                continue
+            if tp in last or start[tp] <= begin[tp]:
+                result[tp] = last.get(tp, -1) + 1
+                consumer.pause(tp)
+                continue
+            # Nothing committed in [start, upper): look further back.
+            window[tp] *= 2
+            upper[tp] = start[tp]
+            start[tp] = max(begin[tp], upper[tp] - window[tp])
+            consumer.seek(tp, start[tp])
+    return result
