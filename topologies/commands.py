@@ -126,6 +126,7 @@ class CommandTopology(OutboxOwner):
         self.asyncs: dict[Handler, bool] = {}  # whether a handler is awaited
         self.outbox = Batch()
         self.on_output: Callable[[], None] = lambda: None
+        self.positions: dict[int, int] = {}
         self.metrics = CommandMetrics()
 
     # -- input -------------------------------------------------------------
@@ -139,35 +140,44 @@ class CommandTopology(OutboxOwner):
             return None
         on_record = self.on_record
         rest = iter(records)
+        r = None
         for r in rest:
             waiting = on_record(
                 partition, r.offset, r.key, r.value, r.headers, seconds(r.timestamp), wall
             )
             if waiting is not None:
                 return self._records_in_order(
-                    partition, waiting, rest, wall, self.epoch, time.monotonic()
+                    partition, r.offset, waiting, rest, wall, self.epoch, time.monotonic()
                 )
+        if r is not None:
+            self.positions[partition] = r.offset + 1
         return None
 
     async def _records_in_order(
         self,
         partition: int,
+        offset: int,
         first: Awaitable[None],
         rest: Iterator[InputRecord],
         wall: float,
         epoch: int,
         start: float,
     ) -> None:
+        positions = self.positions
         await first
         for r in rest:
             if epoch != self.epoch:
-                return
+                return  # (nothing of it was written: the position stays)
+            positions[partition] = offset + 1  # the record before is complete
+            offset = r.offset
             now = wall + (time.monotonic() - start)
             waiting = self.on_record(
                 partition, r.offset, r.key, r.value, r.headers, seconds(r.timestamp), now
             )
             if waiting is not None:
                 await waiting
+        if epoch == self.epoch:
+            positions[partition] = offset + 1
 
     def on_record(
         self,
@@ -305,7 +315,7 @@ class CommandTopology(OutboxOwner):
             self.metrics.dead_lettered.labels(d.dead_letter[0]).inc()
             log.info("command dead-lettered: %s", d.dead_letter[1])
         for out in d.dispatch:
-            self.dispatch(out)
+            self.dispatch(partition, out)
         if d.receipt is not None and d.receipt.status == "PROCESSING":
             assert d.receipt.retry_at is not None
             self.retries.arm(partition, d.receipt.receipt_id, d.receipt.retry_at)
@@ -412,6 +422,7 @@ class CommandTopology(OutboxOwner):
         self.epoch += 1
         self.revoked = False
         self.owned = set(partitions)
+        self.positions.clear()
         self.retries = Deadlines()
         self.store.assigned(partitions)
         again = 0
@@ -429,7 +440,7 @@ class CommandTopology(OutboxOwner):
                     continue
                 for _cid, messages in entity.outbox:
                     for out in messages:
-                        self.dispatch(out)
+                        self.dispatch(partition, out)
                         again += 1
                 pending = self.outbox.confirms.setdefault((partition, entity_id), set())
                 pending.update(cid for cid, _ in entity.outbox)
@@ -438,14 +449,14 @@ class CommandTopology(OutboxOwner):
             log.warning("dispatching %d undispatched outbox messages again", again)
 
     # -- outbox ------------------------------------------------------------
-    def dispatch(self, out: Outgoing) -> None:
+    def dispatch(self, partition: int, out: Outgoing) -> None:
         topic = {
             None: self.settings.commands.events_topic,
             DEAD_LETTER: self.settings.commands.command_dlq_topic,
         }
         name = topic.get(out.topic, out.topic)
         assert name is not None
-        self.emit(name, out.key.encode("utf-8"), out.value, list(out.headers) or None)
+        self.emit(partition, name, out.key.encode("utf-8"), out.value, list(out.headers) or None)
 
     def confirm(self, batch: Batch, now: float | None = None) -> None:
         """Mark the batch's commands dispatched (at ``now``, default: the clock)."""
@@ -489,7 +500,7 @@ class CommandTopology(OutboxOwner):
         )
         if attempts is not None:
             headers.append(("seqkeeper.attempts", str(attempts).encode()))
-        self.emit(self.settings.commands.command_dlq_topic, key, value, headers)
+        self.emit(partition, self.settings.commands.command_dlq_topic, key, value, headers)
         self.metrics.dead_lettered.labels(reason).inc()
         log.info(
             "command dead-lettered partition=%s offset=%s reason=%s", partition, offset, reason

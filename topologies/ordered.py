@@ -104,6 +104,7 @@ class OrderedTopology(OutboxOwner):
         self.timers = GapTimers()
         self.clocks: dict[int, StreamClock] = {}  # stream time per input partition
         self.processed: dict[int, int] = {}  # last input offset processed per partition
+        self.positions: dict[int, int] = {}
         self.buffered: dict[int, int] = {}
         self.total_buffered = 0  # sum of ``buffered``
         self.arrived = 0  # input records not yet counted in the metrics
@@ -135,6 +136,7 @@ class OrderedTopology(OutboxOwner):
         """Fetched input records of one partition, in offset order; what the
         processor still has to run for them, if anything."""
         on_record = self.on_record
+        r = None
         for r in records:
             headers = r.headers
             on_record(
@@ -146,6 +148,8 @@ class OrderedTopology(OutboxOwner):
                 wall,
                 tuple(headers) if headers else (),
             )
+        if r is not None:  # (each record is complete: the processor's runs are queued)
+            self.positions[partition] = r.offset + 1
         return None if self.stage is None else self.stage.pending()
 
     def on_record(
@@ -187,7 +191,7 @@ class OrderedTopology(OutboxOwner):
         )
         if not decision.accepted:
             if decision.replay:  # this very record was accepted before a crash
-                self.emit("deduped", key, value, headers or None)
+                self.emit(partition, "deduped", key, value, headers or None)
                 self.metrics.reemitted.labels("deduped").inc()
             else:
                 self.metrics.duplicates.inc()
@@ -221,7 +225,7 @@ class OrderedTopology(OutboxOwner):
             if self.stage is not None:  # (its writes go first)
                 self.stage.released(partition, message.key, step.emitted, wall)
         stores.save(partition, message.key, step, decision.window, decision)
-        self.emit("deduped", key, value, headers or None)
+        self.emit(partition, "deduped", key, value, headers or None)
         self.after(partition, message.key, step, state)
 
     # -- timers ------------------------------------------------------------
@@ -289,6 +293,7 @@ class OrderedTopology(OutboxOwner):
         self.stores.forget_cached()  # recovered partitions may have changed under it
         self.clocks.clear()
         self.processed.clear()
+        self.positions.clear()
         self.sweep_after.clear()
         for partition in set(self.timers.partitions()) | set(self.buffered):
             if partition not in partitions:
@@ -331,7 +336,7 @@ class OrderedTopology(OutboxOwner):
             log.debug("key=%s: confirmed before the crash: %s", key, missing)
         kbytes = key.encode("utf-8")
         for item in items:
-            self.emit("ordered", kbytes, item.value, _headers(item))
+            self.emit(partition, "ordered", kbytes, item.value, _headers(item))
         self.metrics.reemitted.labels("ordered").inc(len(items))
         if state.next_expected is not None:
             self.to_confirm(partition, key, state.next_expected, items)
@@ -362,6 +367,9 @@ class OrderedTopology(OutboxOwner):
 
     def on_stop(self) -> None:
         """A clean stop: the confirmations still in memory are written."""
+        self.stores.settle()
+
+    def settle(self) -> None:
         self.stores.settle()
 
     def describe(self) -> None:
@@ -417,7 +425,7 @@ class OrderedTopology(OutboxOwner):
         if step.emitted:
             kbytes = key.encode("utf-8")
             for item in step.emitted:
-                self.emit("ordered", kbytes, item.value, _headers(item))
+                self.emit(partition, "ordered", kbytes, item.value, _headers(item))
                 if isinstance(item, GapSkipped):
                     self.metrics.skipped.inc(item.last - item.first + 1)
                     log.warning("gap skipped key=%s from=%s to=%s", key, item.first, item.last)
@@ -448,7 +456,7 @@ class OrderedTopology(OutboxOwner):
         the reason in headers of its own."""
         millis = None if timestamp is None else int(timestamp * 1000)
         reasons = dead_letter_headers(reason, detail, self.source_topic, partition, offset, millis)
-        self.emit("late" if route == "late" else "dlq", key, value, [*headers, *reasons])
+        self.emit(partition, "late" if route == "late" else "dlq", key, value, [*headers, *reasons])
         self.metrics.dead_lettered.labels(reason).inc()
         log.info("dead-lettered partition=%s offset=%s reason=%s", partition, offset, reason)
 

@@ -85,7 +85,7 @@ RECORDS_KEPT = 100_000
 class ProcessorStage:
     """Runs ``fn`` for one topology (see the module docstring).
 
-    ``emit(role, key, value, headers)`` queues an output in the topology's
+    ``emit(partition, role, key, value, headers)`` queues an output in the topology's
     outbox, ``stored(partition, key, seq)`` notes that the next take
     produces a stored output entry (to delete once confirmed), and
     ``offset_of(partition, key, message_id)`` finds the input offset of an
@@ -96,7 +96,7 @@ class ProcessorStage:
         fn: Processor,
         settings: Settings,
         store: PartitionStore,
-        emit: Callable[[str, bytes, bytes, Any], None],
+        emit: Callable[[int, str, bytes, bytes, Any], None],
         stored: Callable[[int, str, int], None],
         offset_of: Callable[[int, str, str], int],
         metrics: Metrics,
@@ -284,7 +284,7 @@ class ProcessorStage:
             changes.append((codecs.queued_key(key, seq), None, ()))
         self.store.write(partition, changes)
         for role, kbytes, value, headers in records:
-            self.emit(role, kbytes, value, headers)
+            self.emit(partition, role, kbytes, value, headers)
         if records:
             self.stored(partition, key, seq)
         self.counted += 1
@@ -386,7 +386,7 @@ class ProcessorStage:
                     stale.append((store_key, None, ()))
                     continue
                 for role, kbytes, value, headers in codecs.decode_outs(raw):
-                    self.emit(role, kbytes, value, headers)
+                    self.emit(partition, role, kbytes, value, headers)
                     again += 1
                 self.stored(partition, key, seq)
             if stale:

@@ -64,9 +64,24 @@ class Batch:
     #: stored outputs among ``records`` (partition, key, sequence) that the
     #: topology deletes once they are confirmed (an ordered processor's)
     stored: list[tuple[int, str, int]] = field(default_factory=list)
+    #: the input partition of ``records``, in runs: (index of a run's first
+    #: record, its partition); exactly-once commits each partition's outputs
+    #: in the transaction of its input
+    spans: list[tuple[int, int]] = field(default_factory=list)
+    #: the partition of the last run (``-1``: none yet)
+    partition: int = -1
 
     def __bool__(self) -> bool:
         return bool(self.records or self.confirms or self.stored)
+
+    def by_partition(self) -> dict[int, list[Out]]:
+        """``records`` per input partition, each in the order queued."""
+        out: dict[int, list[Out]] = {}
+        records, spans = self.records, self.spans
+        for i, (start, partition) in enumerate(spans):
+            end = spans[i + 1][0] if i + 1 < len(spans) else len(records)
+            out.setdefault(partition, []).extend(records[start:end])
+        return out
 
 
 class Topology(Protocol):
@@ -76,6 +91,10 @@ class Topology(Protocol):
     outbox: Batch
     #: set by the runtime: called when the outbox gets its first record
     on_output: Callable[[], None]
+    #: per input partition, the offset after the last record whose processing
+    #: is complete (its state writes and outputs queued): exactly-once commits
+    #: it with them; cleared by :meth:`on_assigned`
+    positions: dict[int, int]
 
     def on_records(
         self, partition: int, records: Iterable[InputRecord], wall: float
@@ -95,6 +114,11 @@ class Topology(Protocol):
 
     def confirm(self, batch: Batch) -> None:
         """``batch`` was produced and acknowledged."""
+        ...
+
+    def settle(self) -> None:
+        """Write now what confirmations only keep in memory (exactly-once:
+        they must travel in the transaction of the outputs they confirm)."""
         ...
 
     def on_assigned(self, partitions: set[int]) -> None:
@@ -126,11 +150,22 @@ class OutboxOwner:
     outbox: Batch
     generation: int
     on_output: Callable[[], None]
+    positions: dict[int, int]
 
     def emit(
-        self, topic: str, key: bytes | None, value: bytes | None, headers: Headers = None
+        self,
+        partition: int,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Headers = None,
     ) -> None:
-        records = self.outbox.records
+        """Queue an output of input partition ``partition``'s state."""
+        outbox = self.outbox
+        records = outbox.records
+        if partition != outbox.partition:
+            outbox.spans.append((len(records), partition))
+            outbox.partition = partition
         records.append((topic, key, value, headers))
         if len(records) == 1:
             self.on_output()
@@ -152,6 +187,9 @@ class OutboxOwner:
 
     def on_stop(self) -> None:
         """No last writes by default."""
+
+    def settle(self) -> None:
+        """No confirmation waits in memory by default."""
 
     def describe(self) -> None:
         """Nothing to describe by default."""

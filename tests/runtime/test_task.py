@@ -93,7 +93,7 @@ def setup(
 
 def emit(topology: Topology, n: int) -> None:
     for i in range(n):
-        topology.emit("ordered", b"k", str(i).encode())
+        topology.emit(0, "ordered", b"k", str(i).encode())
 
 
 def test_the_next_take_runs_while_a_batch_is_produced_and_relieve_waits_only_for_it() -> None:
@@ -252,7 +252,7 @@ class Recording(Topology):
 
     def on_stop(self) -> None:
         self.calls.append("stop")
-        self.emit("ordered", b"k", b"written at stop")
+        self.emit(0, "ordered", b"k", b"written at stop")
 
     def describe(self) -> None:
         self.calls.append("describe")
@@ -421,7 +421,7 @@ def test_state_before_outputs_and_batches_in_take_order(ops: list[tuple[str, Any
         for op, arg in ops:
             if op == "emit":
                 for _ in range(arg):
-                    topology.emit("ordered", b"k", str(topology.takes).encode())
+                    topology.emit(0, "ordered", b"k", str(topology.takes).encode())
             elif op == "ack":
                 broker.ack(arg)
             elif op == "relieve":
