@@ -249,10 +249,15 @@ async def verify_topics(
 
 
 async def wait_until_verified(
-    settings: Settings, timeout: float, worker: WorkerProcess | None = None, drained: bool = False
+    settings: Settings,
+    timeout: float,
+    worker: WorkerProcess | None = None,
+    drained: bool = False,
+    isolation: str = "read_uncommitted",
 ) -> Report:
-    """Poll :func:`verify_topics` until it passes or ``timeout`` runs out."""
-    cache = TopicCache(settings.broker.bootstrap)
+    """Poll :func:`verify_topics` until it passes or ``timeout`` runs out
+    (``isolation``: how the topics are read)."""
+    cache = TopicCache(settings.broker.bootstrap, isolation)
     return await poll(
         lambda: verify_topics(settings, drained, cache),
         lambda report: report.ok,

@@ -152,21 +152,32 @@ async def end_offsets_of(bootstrap: str, topics: Iterable[str]) -> dict[TopicPar
 
 
 async def read_topic(
-    bootstrap: str, topic: str, after: Mapping[int, int] | None = None
+    bootstrap: str,
+    topic: str,
+    after: Mapping[int, int] | None = None,
+    isolation: str = "read_uncommitted",
 ) -> list[Record]:
     """Every record of ``topic`` up to its exact end, partition by partition;
-    with ``after`` (partition -> offset), only the records from there on."""
+    with ``after`` (partition -> offset), only the records from there on.
+    ``isolation="read_committed"``: only committed records (a transactional
+    writer's outputs), up to the last stable offset."""
     consumer = AIOKafkaConsumer(
         bootstrap_servers=bootstrap,
         enable_auto_commit=False,
         max_poll_records=10_000,
         fetch_max_wait_ms=20,
+        isolation_level=isolation,
     )
     await consumer.start()
     records: list[Record] = []
     try:
         tps = await topic_partitions(consumer, topic)
-        todo = await high_watermarks(consumer, tps)  # assigns ``tps``
+        if isolation == "read_committed":
+            # the last stable offset (a broker with transactions is exact)
+            consumer.assign(tps)
+            todo = await consumer.end_offsets(tps)
+        else:
+            todo = await high_watermarks(consumer, tps)  # assigns ``tps``
         begin = await consumer.beginning_offsets(tps)
         for tp in tps:
             start = max(begin[tp], (after or {}).get(tp.partition, 0))
@@ -194,6 +205,9 @@ async def read_topic(
                             m.timestamp,
                         )
                     )
+            # (every partition: one whose tail is a commit marker moves past
+            # it with no record)
+            for tp, end in list(todo.items()):
                 if await consumer.position(tp) >= end:
                     del todo[tp]
                     consumer.pause(tp)
@@ -207,8 +221,9 @@ class TopicCache:
     read: polling a verification over large topics costs the new records,
     not the whole topic again (the embedded broker serves reads slowly)."""
 
-    def __init__(self, bootstrap: str) -> None:
+    def __init__(self, bootstrap: str, isolation: str = "read_uncommitted") -> None:
         self.bootstrap = bootstrap
+        self.isolation = isolation
         self._records: dict[str, list[Record]] = {}
         self._next: dict[str, dict[int, int]] = {}
 
@@ -216,7 +231,7 @@ class TopicCache:
         """Every record of ``topic`` up to its current end."""
         records = self._records.setdefault(topic, [])
         nxt = self._next.setdefault(topic, {})
-        new = await read_topic(self.bootstrap, topic, nxt)
+        new = await read_topic(self.bootstrap, topic, nxt, self.isolation)
         for r in new:
             nxt[r.partition] = r.offset + 1
         records += new

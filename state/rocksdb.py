@@ -162,8 +162,22 @@ class FaustRocksStore:
         if not writes:
             return
         topic = self.table.changelog_topic
-        last = await self.producer.send({(topic, p): w.records() for p, w in writes.items()})
-        for (_, partition), offset in last.items():
+        self.persisted(
+            await self.producer.send({(topic, p): w.records() for p, w in writes.items()})
+        )
+
+    @property
+    def changelog_topic(self) -> str:
+        return str(self.table.changelog_topic)
+
+    def persisted(self, last: Mapping[tuple[str, int], int]) -> None:
+        """The changelog holds the writes up to these offsets (per (changelog
+        topic, partition); other topics are ignored): the local state may
+        say so (an exactly-once cycle calls it once its transaction committed)."""
+        topic = self.table.changelog_topic
+        for (written, partition), offset in last.items():
+            if written != topic:
+                continue
             if self._waiting.get(partition):
                 self._offsets[partition] = offset  # written with the waiting writes
             else:

@@ -35,6 +35,8 @@ Each module, its job, and the tests that fail without it:
   ``test_worker.py``: a clean restart replays nothing).
 - :mod:`.producer`: ordered records produced as whole record batches
   (``tests/adapter/test_producer.py``).
+- :mod:`.transactions`: a transactional producer per owned input partition,
+  exactly-once (``tests/integration/test_exactly_once.py``).
 - :mod:`.offsets`: exact end offsets and fresh topic metadata
   (``tests/integration/test_broker_deviations.py``, ``test_topics.py``).
 - :mod:`.diagnostics`: ``kill -USR1``, the consumer's state logged
@@ -66,6 +68,7 @@ PRIVATE_MEMBERS: dict[str, frozenset[str]] = {
         }
     ),
     "commit": frozenset({"_commit", "_commit_offsets", "_committed_offset"}),
+    "transactions": frozenset({"_txn_manager"}),
     "diagnostics": frozenset(
         {
             "_active_partitions",
@@ -85,7 +88,13 @@ PRIVATE_MEMBERS: dict[str, frozenset[str]] = {
     "highwater": frozenset({"_highwaters"}),
     "offsets": frozenset({"_client"}),
     "options": frozenset(
-        {"_create_worker_consumer", "_fetch_max_wait_ms", "_group_instance_id", "_key_deserializer"}
+        {
+            "_create_worker_consumer",
+            "_fetch_max_wait_ms",
+            "_group_instance_id",
+            "_isolation_level",
+            "_key_deserializer",
+        }
     ),
     "producer": frozenset({"_build", "_builder", "_relative_offset", "_wait_on_metadata"}),
     "records": frozenset({"_check_crcs", "_records", "_tp", "_unpack_records"}),

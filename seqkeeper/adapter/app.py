@@ -29,6 +29,13 @@ class App(faust.App):
         #: Called when a rebalance reaches the tables, before they close or
         #: recover a partition's RocksDB.
         self.before_rebalance: list[Callable[[], None]] = []
+        #: Awaited with the new assignment after ``before_rebalance``, before
+        #: any changelog or committed offset is read.
+        self.before_recovery: list[Callable[[set[Any]], Awaitable[None]]] = []
+        #: Exactly-once: the consumer reads committed records only, and the
+        #: runtime commits the input offsets in its transactions, never
+        #: through the consumer (:mod:`seqkeeper.adapter.commit`).
+        self.exactly_once = False
         #: A check of the local state, running in a thread while the worker
         #: starts; tables open their RocksDB only after it is done.
         self.local_state_check: concurrent.futures.Future[None] | None = None
@@ -40,6 +47,10 @@ class App(faust.App):
         self.batch_sources: dict[str, Any] = {}
         #: Record batches through Faust's own aiokafka producer.
         self.batch_producer = BatchProducer(lambda: cast(Any, self.producer)._ensure_producer())
+
+    @property
+    def read_committed(self) -> bool:
+        return self.exactly_once
 
     def _new_transport(self) -> TransportT:
         return Transport(self.conf.broker_consumer, self)

@@ -1,10 +1,10 @@
 """Consumer options Faust does not expose (faust-streaming 0.15.3,
 ``AIOKafkaConsumerThread._create_worker_consumer``): the fetch wait, static
-group membership, and the raw records of batch sources.
+group membership, read_committed, and the raw records of batch sources.
 
 Private members: ``AIOKafkaConsumer._fetch_max_wait_ms``,
-``._group_instance_id``, ``._key_deserializer`` (aiokafka 0.14), set after
-Faust built the consumer and before it starts.
+``._group_instance_id``, ``._isolation_level``, ``._key_deserializer``
+(aiokafka 0.14), set after Faust built the consumer and before it starts.
 """
 
 from __future__ import annotations
@@ -33,6 +33,11 @@ class OptionsThread(faust_aiokafka.AIOKafkaConsumerThread):
         # Static membership (KIP-345): a restarted worker with the same
         # instance id takes its place in the group without a rebalance.
         consumer._group_instance_id = getattr(self.app, "group_instance_id", None)
+        # Exactly-once: neither aborted writes (a fenced or killed worker's)
+        # nor open transactions are read, from the changelogs as from the
+        # input. Faust reads committed only when its own transactions run.
+        if getattr(self.app, "read_committed", False):
+            consumer._isolation_level = "read_committed"
         # Batch sources get the fetched records without a ConsumerRecord
         # each (:mod:`seqkeeper.adapter.records`); Faust builds the consumer without a key
         # deserializer, and the fetcher is made at its start, after this.

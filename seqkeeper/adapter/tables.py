@@ -62,6 +62,8 @@ class TableManager(FaustTableManager):
             await asyncio.wrap_future(check)
         for hook in cast(Any, self.app).before_rebalance:
             hook()  # before Faust closes a revoked DB or recovers into one
+        for after in cast(Any, self.app).before_recovery:
+            await after(assigned)
         await super().on_rebalance(assigned, revoked, newly_assigned, generation_id)
 
     @property

@@ -19,10 +19,12 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 
 from seqkeeper.adapter.app import App
 from seqkeeper.adapter.batches import ack_batch, batch_source, current, read_offset
+from seqkeeper.adapter.commit import committed
 from seqkeeper.adapter.diagnostics import install_diagnostics
 from seqkeeper.adapter.producer import PRODUCER_BATCH_BYTES
 from seqkeeper.adapter.routing import own_url, owners
 from seqkeeper.adapter.tables import RocksTable, raw_table
+from seqkeeper.adapter.transactions import TransactionalProducers
 from seqkeeper.runtime.protocol import Query, Topology, Wiring
 from seqkeeper.runtime.queries import Placement, answer
 from seqkeeper.runtime.task import Task, TaskState
@@ -122,6 +124,37 @@ def install_queries(
         serve(query)
 
 
+def exactly_once(app: Any, settings: Settings, input_topic: str) -> TransactionalProducers:
+    """Exactly-once (:mod:`seqkeeper.adapter.transactions`): the consumer
+    reads committed records only, and each cycle commits a transaction per
+    input partition through the producers made here."""
+    app.exactly_once = True
+    # (ids under the group's prefix: the one the start-up probe used, and
+    # the one an ACL grants)
+    return TransactionalProducers(settings.broker.bootstrap, app.conf.id, input_topic, app.conf.id)
+
+
+def install_transactions(
+    app: Any, task: Task, transactions: TransactionalProducers, input_topic: str
+) -> None:
+    """The assignment's order under exactly-once: a last cycle commits what
+    was processed before the partitions are given up; the producers of the
+    new assignment start (fencing the previous owners, completing or
+    aborting their transactions) before any changelog or committed offset
+    is read."""
+
+    @app.on_partitions_revoked.connect  # type: ignore[untyped-decorator]
+    async def commit_before_revoke(sender: Any, revoked: Any, **kwargs: Any) -> None:
+        if task.state is TaskState.RUNNING:
+            task.on_rebalance()  # (what is awaited now writes nothing after)
+            await task.cycle()
+
+    async def own(assigned: set[Any]) -> None:
+        await transactions.assign({tp.partition for tp in assigned if tp.topic == input_topic})
+
+    app.before_recovery.append(own)
+
+
 def build_app(
     settings: Settings,
     wiring: Wiring,
@@ -137,17 +170,32 @@ def build_app(
     table = raw_table(app, wiring.table, partitions, options=settings.runtime.rocksdb_options())
     store = FaustRocksStore(RocksTable(table), app.batch_producer, deferred=wiring.deferred)
     topology = wiring.build(store)
+    transactions = None
+    if settings.runtime.processing_guarantee == "exactly_once":
+        transactions = exactly_once(app, settings, wiring.input_topic)
     task = Task(
-        topology, store, app.batch_producer, wiring.output_topic, settings.runtime.outbox_linger
+        topology,
+        store,
+        app.batch_producer,
+        wiring.output_topic,
+        settings.runtime.outbox_linger,
+        transactions=transactions,
+        on_committed=lambda positions: committed(app, wiring.input_topic, positions),
     )
 
     # the commit protocol's hooks (seqkeeper.adapter.app): step 6 waits for
     # steps 2-5; a rebalance and a clean stop reach the task first
     app.before_commit.append(task.cycle)
     app.before_rebalance.append(task.on_rebalance)
+    if transactions is not None:
+        install_transactions(app, task, transactions, wiring.input_topic)
 
     async def suspend() -> None:
-        await task.suspend(rebalancing=bool(app.rebalancing))
+        try:
+            await task.suspend(rebalancing=bool(app.rebalancing))
+        finally:
+            if transactions is not None:
+                await transactions.close()
 
     app.before_tables_close.append(suspend)
     app.task(task.run)

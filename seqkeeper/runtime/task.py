@@ -56,12 +56,13 @@ import enum
 import logging
 import os
 import shutil
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
+from seqkeeper.adapter.transactions import Fenced, TransactionFailed
 from seqkeeper.runtime.protocol import Batch, Positions, Topology
-from seqkeeper.state.base import Out
+from seqkeeper.state.base import Out, Record
 from seqkeeper.state.integrity import discard_corrupt
 
 log = logging.getLogger("seqkeeper.runtime")
@@ -102,7 +103,24 @@ class ChangelogStore(Protocol):
 
     async def flush(self, writes: Any) -> None: ...
 
+    @property
+    def changelog_topic(self) -> str: ...
+
+    def persisted(self, last: Mapping[tuple[str, int], int]) -> None: ...
+
     def sync(self) -> None: ...
+
+
+class Transactions(Protocol):
+    """What the task needs for exactly-once
+    (:class:`~seqkeeper.adapter.transactions.TransactionalProducers`)."""
+
+    async def commit(
+        self,
+        partition: int,
+        records: Mapping[tuple[str, int], Iterable[Record]],
+        position: int | None,
+    ) -> dict[tuple[str, int], int]: ...
 
 
 class OutputProducer(Protocol):
@@ -124,12 +142,20 @@ class Task:
         producer: OutputProducer,
         topic_of: Callable[[str], str],
         linger: float = 0.0,
+        transactions: Transactions | None = None,
+        on_committed: Callable[[dict[int, int]], None] = lambda positions: None,
     ) -> None:
         self.topology = topology
         self.store = store
         self.producer = producer
         self.topic_of = topic_of
         self.linger = linger
+        #: exactly-once: each cycle commits a transaction per input partition
+        self.transactions = transactions
+        #: exactly-once: called with the input positions each cycle committed
+        self.on_committed = on_committed
+        #: exactly-once: the input position last committed per partition
+        self.committed: dict[int, int] = {}
         self.state = TaskState.CREATED
         self.wake = asyncio.Event()
         topology.on_output = self.wake.set
@@ -161,6 +187,7 @@ class Task:
         """The state of ``partitions`` (all this worker owns) is restored."""
         if self.state in (TaskState.SUSPENDED, TaskState.CLOSED):
             return
+        self.committed.clear()  # (positions start afresh with the assignment)
         self.topology.on_assigned(partitions)
         self._to(TaskState.RUNNING)
 
@@ -185,7 +212,15 @@ class Task:
             if stages and stages[-1].done():
                 stages[-1].result()
             # 2. take: the outbox and the writes behind it, no await between
-            batch = self.topology.take()
+            topology = self.topology
+            batch = topology.take()
+            if self.transactions is not None:
+                # E2. exactly-once: confirmed as taken (the confirmations
+                # commit in the outputs' transaction, or nothing does) at
+                # exactly the input positions of what was processed
+                topology.confirm(batch)
+                topology.settle()
+                positions = dict(topology.positions)
             writes = self.store.take_writes()
             # The outbox is empty again: an agent held back by relieve() may
             # go on (what it adds goes to the next take).
@@ -193,9 +228,15 @@ class Task:
                 if not waiter.done():
                     waiter.set_result(None)
             self.waiters.clear()
+            before = stages[-1] if stages else None
+            if self.transactions is not None:
+                stage = asyncio.ensure_future(self._transact(batch, writes, positions, before))
+                stage.add_done_callback(self._wake_on_failure)
+                stages.append(stage)
+                return stage
             # 3. flush: the state is durable before any of its outputs
             await self.store.flush(writes)
-            stage = asyncio.ensure_future(self._produce(batch, stages[-1] if stages else None))
+            stage = asyncio.ensure_future(self._produce(batch, before))
             stage.add_done_callback(self._wake_on_failure)
             stages.append(stage)
             return stage
@@ -211,6 +252,47 @@ class Task:
         await self.producer.send(grouped)
         # 5. confirm
         self.topology.confirm(batch)
+
+    async def _transact(
+        self, batch: Batch, writes: Any, positions: dict[int, int], before: Any
+    ) -> None:
+        """E3-E4 (exactly-once), in the order of the takes: per input
+        partition with work, one transaction of its changelog writes, its
+        outputs and its input position; then the local state may say the
+        changelog holds the writes."""
+        if before is not None:
+            await before  # (and failing with it)
+        transactions = self.transactions
+        assert transactions is not None
+        outputs = batch.by_partition()
+        moved = {p: at for p, at in positions.items() if self.committed.get(p) != at}
+        partitions = sorted(set(outputs) | set(writes) | set(moved))
+        if not partitions:
+            return
+        changelog = self.store.changelog_topic
+
+        async def commit(partition: int) -> dict[tuple[str, int], int]:
+            records: dict[tuple[str, int], Any] = {}
+            if partition in outputs:
+                records = await self.producer.group(outputs[partition], self.topic_of)
+            written = writes.get(partition)
+            if written is not None:
+                records[(changelog, partition)] = written.records()
+            return await transactions.commit(partition, records, moved.get(partition))
+
+        try:
+            done = await asyncio.gather(*(commit(p) for p in partitions))
+        except Fenced as error:
+            log.error("fenced: %s; its uncommitted writes are discarded, stopping", error)
+            raise
+        except TransactionFailed as error:
+            log.error("transaction aborted: %s; stopping", error)
+            raise
+        for last in done:
+            self.store.persisted(last)
+        self.committed.update(moved)
+        if moved:
+            self.on_committed(moved)
 
     def _wake_on_failure(self, stage: asyncio.Future[None]) -> None:
         if not stage.cancelled() and stage.exception() is not None:
@@ -269,7 +351,10 @@ class Task:
         if not rebalancing and self.state is TaskState.RUNNING:
             await self.cycle()  # produce and confirm what waits
             self.topology.on_stop()  # its last writes (the confirmations)
-            await self.store.flush(self.store.take_writes())
+            if self.transactions is not None:
+                await self.cycle()  # (in a transaction, as every changelog write)
+            else:
+                await self.store.flush(self.store.take_writes())
             self.store.sync()
             self.topology.describe()
         self._to(TaskState.SUSPENDED)
