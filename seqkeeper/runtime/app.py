@@ -10,6 +10,9 @@ the runtime is here; Faust's own behaviour is changed only in
 
 from __future__ import annotations
 
+import logging
+import os
+import sys
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
@@ -30,6 +33,10 @@ from seqkeeper.runtime.queries import Placement, answer
 from seqkeeper.runtime.task import Task, TaskState
 from seqkeeper.settings import Settings
 from seqkeeper.state.rocksdb import FaustRocksStore
+
+
+#: The worker's exit code when a transaction was fenced or aborted.
+FENCED_EXIT = 3
 
 
 def make_app(settings: Settings, app_id: str | None = None) -> App:
@@ -124,6 +131,19 @@ def install_queries(
         serve(query)
 
 
+def stop_at_once(error: BaseException) -> None:
+    """A transaction was fenced or aborted: stop the process now, as a
+    ``kill -9`` would. Nothing more may be written (another worker owns the
+    partition, or the cycle's writes were rolled back while the topology's
+    memory holds them), and no clean stop may mark the local state, which
+    holds the aborted writes, as matching the changelog: the next start
+    rebuilds it. (Faust would restart a crashed agent and go on.)"""
+    logging.shutdown()  # (the line saying why is out)
+    sys.stderr.flush()
+    sys.stdout.flush()
+    os._exit(FENCED_EXIT)
+
+
 def exactly_once(app: Any, settings: Settings, input_topic: str) -> TransactionalProducers:
     """Exactly-once (:mod:`seqkeeper.adapter.transactions`): the consumer
     reads committed records only, and each cycle commits a transaction per
@@ -181,6 +201,7 @@ def build_app(
         settings.runtime.outbox_linger,
         transactions=transactions,
         on_committed=lambda positions: committed(app, wiring.input_topic, positions),
+        on_fatal=stop_at_once,
     )
 
     # the commit protocol's hooks (seqkeeper.adapter.app): step 6 waits for

@@ -144,6 +144,7 @@ class Task:
         linger: float = 0.0,
         transactions: Transactions | None = None,
         on_committed: Callable[[dict[int, int]], None] = lambda positions: None,
+        on_fatal: Callable[[BaseException], None] = lambda error: None,
     ) -> None:
         self.topology = topology
         self.store = store
@@ -156,6 +157,9 @@ class Task:
         self.on_committed = on_committed
         #: exactly-once: the input position last committed per partition
         self.committed: dict[int, int] = {}
+        #: exactly-once: called when a transaction was fenced or aborted,
+        #: after it was logged (the worker stops there, without a clean stop)
+        self.on_fatal = on_fatal
         self.state = TaskState.CREATED
         self.wake = asyncio.Event()
         topology.on_output = self.wake.set
@@ -284,9 +288,11 @@ class Task:
             done = await asyncio.gather(*(commit(p) for p in partitions))
         except Fenced as error:
             log.error("fenced: %s; its uncommitted writes are discarded, stopping", error)
+            self.on_fatal(error)
             raise
         except TransactionFailed as error:
             log.error("transaction aborted: %s; stopping", error)
+            self.on_fatal(error)
             raise
         for last in done:
             self.store.persisted(last)
