@@ -5,6 +5,7 @@ from __future__ import annotations
 import signal
 import time
 from datetime import datetime
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
@@ -32,6 +33,13 @@ InputTopicOpt = Annotated[Optional[str], flag("input_topic")]
 OrderedTopicOpt = Annotated[Optional[str], flag("ordered_topic")]
 DedupedTopicOpt = Annotated[Optional[str], flag("deduped_topic")]
 DlqTopicOpt = Annotated[Optional[str], flag("dlq_topic")]
+
+
+class Isolation(StrEnum):
+    """How ``seqkeeper verify`` reads the topics (Kafka's isolation levels)."""
+
+    read_uncommitted = "read_uncommitted"
+    read_committed = "read_committed"
 
 
 def settings_of(**overrides: Any) -> Settings:
@@ -296,6 +304,26 @@ def verify(
         bool, typer.Option(help="Every gap must have been given up by now (input finished).")
     ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+    isolation: Annotated[
+        Isolation,
+        typer.Option(
+            help="How the topics are read: read_uncommitted sees every record written, "
+            "read_committed only what a transactional (exactly_once) worker committed, "
+            "as its consumers do.",
+            case_sensitive=False,
+        ),
+    ] = Isolation.read_uncommitted,
+    exactly_once: Annotated[
+        bool,
+        typer.Option(
+            "--exactly-once",
+            help="Also fail (exit 1) when any output was emitted more than once, even "
+            "byte-identically (re-emissions, counted per output). It does not change "
+            "how the topics are read: for an exactly_once worker's outputs give "
+            "--isolation read_committed too (read_uncommitted also sees the writes of "
+            "aborted transactions).",
+        ),
+    ] = False,
 ) -> None:
     """Check output topics against their input: lost messages, repeats (must
     be byte-identical), per-key order, gaps without a GapSkipped marker,
@@ -307,7 +335,7 @@ def verify(
     from aiokafka.errors import KafkaConnectionError
     from rich.console import Console
 
-    from seqkeeper.demo import summary, verify_topics
+    from seqkeeper.demo import no_reemissions, summary, verify_topics
     from seqkeeper.topics import UnknownTopic
 
     settings = settings_of(
@@ -320,19 +348,23 @@ def verify(
     )
     started = time.monotonic()
     try:
-        report = asyncio.run(verify_topics(settings, drained))
+        report = asyncio.run(verify_topics(settings, drained, isolation=isolation.value))
     except UnknownTopic as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(2) from None
     except KafkaConnectionError:
         typer.echo(f"error: cannot reach a Kafka broker at {broker}", err=True)
         raise typer.Exit(2) from None
+    if exactly_once:
+        no_reemissions(report)
     if as_json:
         doc = dataclasses.asdict(report)
         doc["ok"] = report.ok
+        doc["isolation"] = isolation.value
         typer.echo(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode())
     else:
-        Console().print(summary(report, time.monotonic() - started, "seqkeeper verify"))
+        title = f"seqkeeper verify ({isolation.value}{', exactly-once' if exactly_once else ''})"
+        Console().print(summary(report, time.monotonic() - started, title))
     raise typer.Exit(0 if report.ok else 1)
 
 
@@ -343,7 +375,9 @@ def chaos(
         Optional[list[str]],
         typer.Option(
             help="Run only these (repeatable): kill, freeze, failover, corpus, local-state, "
-            "commands."
+            "commands, zombie. On a broker with transactions kill, freeze and failover run "
+            "under at_least_once and again under exactly_once (verified read_committed, "
+            "no re-emission allowed); zombie needs one."
         ),
     ] = None,
     short: Annotated[
@@ -363,8 +397,9 @@ def chaos(
     ] = None,
 ) -> None:
     """Inject faults (kill -9, broker freeze, failover, bad input, lost or
-    corrupted local state) into real workers and verify nothing is lost and
-    per-key order holds. Exit 1 if any scenario fails."""
+    corrupted local state, a frozen worker that must be fenced) into real
+    workers and verify nothing is lost and per-key order holds, under each
+    processing guarantee the broker has. Exit 1 if any scenario fails."""
     import tempfile
 
     from rich.console import Console
@@ -402,12 +437,15 @@ def chaos(
             settings, workdir or Path(tmp), scale, local=local, seed=seed, console=console
         )
         outcomes = runner.run(
-            names, lambda o: console.print(f"{o.scenario}: {'PASS' if o.ok else 'FAIL'}")
+            names,
+            lambda o: console.print(f"{o.scenario} ({o.guarantee}): {'PASS' if o.ok else 'FAIL'}"),
         )
-    console.print(table(outcomes))
+    console.print(table(outcomes, runner.transactions))
     for o in outcomes:
         for note in o.notes:
-            console.print(f"  {o.scenario}: {note}")
+            console.print(f"  {o.scenario} ({o.guarantee}): {note}")
+    if runner.probe_error:
+        console.print(f"error: {runner.probe_error}")
     if report is not None:
         kind = None if local is None else local.kind
         command = " ".join(
@@ -423,11 +461,12 @@ def chaos(
             command=command,
             outcomes=outcomes,
             kind=kind or "an external cluster",
+            transactions=runner.transactions,
         )
         data = write_report(report, run, say=lambda text: console.print(f"warning: {text}"))
         console.print(f"report written to {report} (column {run.broker!r}; runs in {data})")
     # this run's outcomes only: another broker's failure in the report is not this run's
-    raise typer.Exit(0 if all(o.ok for o in outcomes) else 1)
+    raise typer.Exit(0 if all(o.ok for o in outcomes) and not runner.probe_error else 1)
 
 
 @app.command()

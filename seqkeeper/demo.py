@@ -19,7 +19,7 @@ from rich.table import Table
 from seqkeeper.settings import EXAMPLE_HANDLERS, Settings
 from seqkeeper.topics import Record, TopicCache, UnknownTopic, create_topics
 from seqkeeper.verification.poll import poll, records_in
-from seqkeeper.verification.verify import Report, verify
+from seqkeeper.verification.verify import Check, Report, verify
 from seqkeeper.verification.workload import Workload, generate
 from seqkeeper.worker import WorkerProcess, broker_for
 
@@ -225,12 +225,18 @@ def run_demo(settings: Settings, options: DemoOptions) -> int:
 
 
 async def verify_topics(
-    settings: Settings, drained: bool = False, cache: TopicCache | None = None
+    settings: Settings,
+    drained: bool = False,
+    cache: TopicCache | None = None,
+    isolation: str = "read_uncommitted",
 ) -> Report:
     """Read the input and output topics to their exact ends and verify them
     (the late topic may be missing: the default policy never creates it).
-    Polling with one ``cache`` reads each record once."""
-    topics = cache or TopicCache(settings.broker.bootstrap)
+    Polling with one ``cache`` reads each record once. ``isolation``: how
+    the topics are read when no ``cache`` is given (a cache reads as it was
+    made); ``read_committed`` sees only a transactional writer's committed
+    outputs, ``read_uncommitted`` every record written."""
+    topics = cache or TopicCache(settings.broker.bootstrap, isolation)
 
     async def _optional(topic: str) -> list[Record]:
         try:
@@ -246,6 +252,21 @@ async def verify_topics(
         + await _optional(settings.ordered.late_topic),
         drained=drained,
     )
+
+
+#: The check :func:`no_reemissions` adds to a report.
+REEMITTED = "exactly-once: re-emitted"
+
+
+def no_reemissions(report: Report) -> Report:
+    """``report`` with one more check, failing when any output was emitted
+    more than once (``report.reemitted``, per output, byte-identical repeats
+    included): what exactly-once promises a ``read_committed`` reader."""
+    counts = report.reemitted
+    total = sum(counts.values())
+    detail = ", ".join(f"{name} {n:,}" for name, n in counts.items()) if total else ""
+    report.checks.append(Check(REEMITTED, total, detail))
+    return report
 
 
 async def wait_until_verified(

@@ -15,6 +15,20 @@ Scenarios (each on its own topics and app id, so they share one broker):
 * ``local-state`` — RocksDB deleted while the worker is stopped, then
   corrupted: rebuilt from the changelog both times, never silently used.
 * ``commands``    — ``kill -9`` the command worker during a duplicate storm.
+* ``zombie``      — (exactly_once, a broker with transactions) freeze a worker
+  (SIGSTOP) past its session timeout while input flows; a second worker
+  takes every partition over; the first, resumed, must be fenced (log a
+  ``fenced:`` line and exit non-zero) and write nothing that a
+  read_committed reader sees twice.
+
+Processing guarantees: on a broker with transactions, the ordered scenarios
+(``kill``, ``freeze``, ``failover``) run twice, under ``at_least_once``
+(verified read_uncommitted: identical re-emissions are allowed and counted)
+and under ``exactly_once`` (verified read_committed: no re-emission at all);
+on a broker without transactions only under ``at_least_once``. The other
+scenarios run under the configured guarantee (``auto`` unless
+``SEQKEEPER_PROCESSING_GUARANTEE`` says otherwise). Each outcome says the
+guarantee its workers ran under (their ``processing guarantee:`` line).
 
 "Recovery" is the time from the end of a fault (restart, resume, kill of a
 peer) until output flows again: the first new output record, or, for
@@ -28,7 +42,10 @@ import json
 import os
 import platform
 import random
+import re
 import shutil
+import signal
+import subprocess
 import threading
 import time
 import uuid
@@ -41,8 +58,9 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from seqkeeper.adapter.offsets import as_topic_partitions, committed_ends
 from seqkeeper.broker import LocalBroker
-from seqkeeper.demo import publish, verify_topics
+from seqkeeper.demo import no_reemissions, publish, verify_topics
 from seqkeeper.processors.dead_letter import REASON
 from seqkeeper.settings import EXAMPLE_HANDLERS, Settings
 from seqkeeper.topics import Record, TopicCache, create_topics, end_offsets_of, read_topic
@@ -86,7 +104,12 @@ LONG = Scale(
 SHORT = Scale(
     messages=3_000, keys=60, kills=3, freeze=5.0, commands=200, command_kills=2, others=3_000
 )
-SCENARIOS = ("kill", "freeze", "failover", "corpus", "local-state", "commands")
+SCENARIOS = ("kill", "freeze", "failover", "corpus", "local-state", "commands", "zombie")
+#: the scenarios run under each guarantee on a broker with transactions
+BOTH_GUARANTEES = ("kill", "freeze", "failover")
+AT_LEAST_ONCE, EXACTLY_ONCE = "at_least_once", "exactly_once"
+#: the exactly_once column on a broker without transactions
+NO_TRANSACTIONS = "n/a (no transactions)"
 #: each scenario's row title (the scenario methods' ``Outcome`` titles; a
 #: test holds them equal)
 TITLES = {
@@ -96,6 +119,7 @@ TITLES = {
     "corpus": "bad-input corpus",
     "local-state": "local state deleted, then corrupted",
     "commands": "kill -9 the command worker",
+    "zombie": "zombie worker fenced",
 }
 
 
@@ -117,6 +141,9 @@ class Outcome:
     skipped: str | None = None
     #: the scenario's name in :data:`SCENARIOS` (set by :meth:`Chaos.run`)
     key: str = ""
+    #: the processing guarantee its workers ran under (runs before there
+    #: was a choice were at-least-once)
+    guarantee: str = AT_LEAST_ONCE
 
     def fail(self, note: str) -> None:
         """Count a failure that is not a loss or an order violation."""
@@ -156,6 +183,7 @@ class Chaos:
         local: LocalBroker | None = None,
         seed: int = 1,
         console: Console | None = None,
+        transactions: bool | None = None,
     ) -> None:
         # Input is published over minutes while workers die: a long gap
         # timeout keeps displaced messages from being given up as late
@@ -167,11 +195,47 @@ class Chaos:
         self.rng = random.Random(seed)
         self.seed = seed
         self.console = console or Console(quiet=True)
+        #: whether the broker has transactions (``None``: asked when a
+        #: scenario needs to know, :meth:`has_transactions`)
+        self.transactions = transactions
+        #: why the broker could not be asked (then no exactly_once run)
+        self.probe_error: str | None = None
+        #: the guarantee the scenario running now asks of its workers
+        #: (``None``: the configured one)
+        self.guarantee: str | None = None
+        #: the workers the scenario running now started
+        self.started: list[WorkerProcess] = []
 
     # -- plumbing ---------------------------------------------------------
 
+    def has_transactions(self) -> bool:
+        """Whether the broker has transactions: asked once (a transactional
+        producer of its own starts or does not, as the worker's start-up
+        probe asks). When the question cannot be asked, the answer is no,
+        and :attr:`probe_error` says why (a failure of the run)."""
+        if self.transactions is None and self.probe_error is None:
+            from seqkeeper.runtime.guarantee import has_transactions
+
+            bootstrap = self.base.broker.bootstrap
+            try:
+                self.transactions = asyncio.run(
+                    asyncio.wait_for(
+                        has_transactions(bootstrap, f"chaos-probe-{uuid.uuid4().hex[:6]}"), 60
+                    )
+                )
+            except Exception as exc:  # (no exactly_once runs: the run fails, see probe_error)
+                self.probe_error = (
+                    f"could not ask the broker at {bootstrap} whether it has transactions "
+                    f"({type(exc).__name__}: {exc}); the exactly_once runs were not made"
+                )
+                self.say(f"warning: {self.probe_error}")
+        return bool(self.transactions)
+
     def settings(self, scenario: str, **over: object) -> Settings:
-        tag = f"{scenario}-{uuid.uuid4().hex[:6]}"
+        if self.guarantee is not None:
+            over.setdefault("processing_guarantee", self.guarantee)
+        mode = "-eos" if over.get("processing_guarantee") == EXACTLY_ONCE else ""
+        tag = f"{scenario}{mode}-{uuid.uuid4().hex[:6]}"
         s = self.base.with_overrides(
             app_id=f"chaos-{tag}",
             input_topic=f"{tag}.in",
@@ -198,13 +262,17 @@ class Chaos:
 
     def worker(self, settings: Settings, name: str) -> WorkerProcess:
         settings.runtime.data_dir.mkdir(parents=True, exist_ok=True)
-        return WorkerProcess(settings, settings.runtime.data_dir.parent / f"{name}.log").start()
+        w = WorkerProcess(settings, settings.runtime.data_dir.parent / f"{name}.log").start()
+        self.started.append(w)
+        return w
 
     def say(self, text: str) -> None:
         self.console.log(text)
 
     @staticmethod
     def ends(settings: Settings, topic: str) -> dict[int, int]:
+        """``topic``'s end per partition (under exactly_once, its committed
+        end: markers and aborted writes are not output)."""
         return asyncio.run(_ends(settings, topic))
 
     def until_output(
@@ -272,7 +340,15 @@ class Chaos:
         return thread
 
     def all_out(self, settings: Settings, topic: str, count: int) -> Callable[[], Awaitable[bool]]:
-        """``done`` for :meth:`until_output`: ``topic`` holds ``count`` records."""
+        """``done`` for :meth:`until_output`: ``topic`` holds ``count`` records
+        (under exactly_once, committed records: markers are not records)."""
+        if _exactly_once(settings):
+            cache = TopicCache(settings.broker.bootstrap, "read_committed")
+
+            async def committed() -> bool:
+                return len(await cache.read(topic)) >= count
+
+            return committed
 
         async def done() -> bool:
             return await records_in(settings.broker.bootstrap, [topic]) >= count
@@ -287,9 +363,14 @@ class Chaos:
         worker: WorkerProcess | None = None,
     ) -> Report:
         """Wait until the deduplicated output holds ``expect_accepted``
-        messages (cheap: end offsets), then poll the full verification."""
+        messages (cheap: end offsets), then poll the full verification.
+        Under exactly_once the outputs are read read_committed, and any
+        re-emission fails the report (:func:`seqkeeper.demo.no_reemissions`)."""
         deadline = time.monotonic() + timeout
-        cache = TopicCache(settings.broker.bootstrap)
+        exactly = _exactly_once(settings)
+        cache = TopicCache(
+            settings.broker.bootstrap, "read_committed" if exactly else "read_uncommitted"
+        )
 
         async def run() -> Report:
             await poll(
@@ -306,7 +387,8 @@ class Chaos:
                 timed_out=worker.dump if worker is not None else None,
             )
 
-        return asyncio.run(run())
+        report = asyncio.run(run())
+        return no_reemissions(report) if exactly else report
 
     def ordered_result(self, out: Outcome, report: Report) -> Outcome:
         out.add_checks(report, LOSS, ORDER)
@@ -322,23 +404,63 @@ class Chaos:
     def run(
         self, names: list[str], on_done: Callable[[Outcome], None] = lambda o: None
     ) -> list[Outcome]:
+        """Run the scenarios ``names``: those of :data:`BOTH_GUARANTEES`
+        under at_least_once, then, on a broker with transactions, under
+        exactly_once (an outcome each); the others under the configured
+        guarantee."""
         outcomes = []
         for name in names:
-            started = time.monotonic()
-            self.say(f"scenario {name}")
-            try:
-                out = getattr(self, "scenario_" + name.replace("-", "_"))()
-            except Exception as exc:  # a scenario that cannot finish is a failure, shown
-                out = Outcome(
-                    TITLES.get(name, name),
-                    other_failures=1,
-                    notes=[f"raised {type(exc).__name__}: {exc}"],
-                )
-            out.key = name
-            out.seconds = time.monotonic() - started
-            outcomes.append(out)
-            on_done(out)
+            modes: list[str | None] = [None]
+            if name in BOTH_GUARANTEES:
+                modes = [AT_LEAST_ONCE, EXACTLY_ONCE]
+            for mode in modes:
+                if mode == EXACTLY_ONCE and not self.has_transactions():
+                    continue  # (the report says n/a)
+                out = self.run_one(name, mode)
+                outcomes.append(out)
+                on_done(out)
         return outcomes
+
+    def run_one(self, name: str, guarantee: str | None) -> Outcome:
+        """The scenario ``name`` with its workers under ``guarantee``
+        (``None``: the configured one)."""
+        started = time.monotonic()
+        self.say(f"scenario {name}" + (f" ({guarantee})" if guarantee else ""))
+        self.guarantee, self.started = guarantee, []
+        try:
+            out: Outcome = getattr(self, "scenario_" + name.replace("-", "_"))()
+        except Exception as exc:  # a scenario that cannot finish is a failure, shown
+            out = Outcome(
+                TITLES.get(name, name),
+                other_failures=1,
+                notes=[f"raised {type(exc).__name__}: {exc}"],
+            )
+        finally:
+            self.guarantee = None
+        out.key = name
+        out.guarantee = self.ran_under(out, guarantee)
+        out.seconds = time.monotonic() - started
+        return out
+
+    def ran_under(self, out: Outcome, asked: str | None) -> str:
+        """The guarantee the scenario's workers said they ran under (their
+        ``processing guarantee: <mode>`` line); when none said, the one
+        asked for (the configured one resolved as the worker would)."""
+        said = {
+            m for w in self.started for m in re.findall(r"processing guarantee: (\w+)", w.log())
+        }
+        if len(said) > 1:
+            out.fail(f"its workers ran under different guarantees: {', '.join(sorted(said))}")
+        if said:
+            if asked is not None and said != {asked}:
+                out.fail(f"asked for {asked}, its workers ran under {', '.join(sorted(said))}")
+            return "+".join(sorted(said))
+        if out.guarantee != AT_LEAST_ONCE:
+            return out.guarantee  # (the scenario's own, e.g. zombie's)
+        configured = asked or self.base.runtime.processing_guarantee
+        if configured == "auto" and self.transactions is not None:
+            return EXACTLY_ONCE if self.transactions else AT_LEAST_ONCE
+        return configured
 
     def scenario_kill(self) -> Outcome:
         sc = self.scale
@@ -598,8 +720,80 @@ class Chaos:
         out.dead_lettered = report.dead_lettered
         return out
 
+    def scenario_zombie(self) -> Outcome:
+        out = Outcome("zombie worker fenced", guarantee=EXACTLY_ONCE)
+        if not self.has_transactions():
+            out.skipped = "needs a broker with transactions (exactly_once)"
+            return out
+        sc = self.scale
+        s = self.prepared("zombie", processing_guarantee=EXACTLY_ONCE)
+        work = generate(messages=sc.others // 2, keys=sc.keys, malformed=8, seed=self.seed + 4)
+        out.messages = len(work.records)
+        session = s.runtime.session_timeout
+        # input flows before, during and after the freeze
+        publisher = self.publish_in_background(
+            s, s.ordered.input_topic, work.records, session + 60.0
+        )
+        a = self.worker(s.with_overrides(data_dir=s.runtime.data_dir / "a"), "worker-a")
+        b: WorkerProcess | None = None
+        b_code: int | None = None
+        try:
+            self.until_output(s, s.ordered.ordered_topic, {}, worker=a)
+            time.sleep(self.rng.uniform(1.0, 3.0))  # a in the middle of its work
+            assert a.proc is not None
+            a.proc.send_signal(signal.SIGSTOP)
+            out.faults = 1
+            self.say(f"  worker a frozen past its session timeout ({session:g} s)")
+            time.sleep(session + 2.0)
+            since = self.ends(s, s.ordered.ordered_topic)
+            b = self.worker(s.with_overrides(data_dir=s.runtime.data_dir / "b"), "worker-b")
+            out.recovered(
+                self.until_output(s, s.ordered.ordered_topic, since, every_partition=True, worker=b)
+            )
+            a.proc.send_signal(signal.SIGCONT)
+            self.say("  worker b owns every partition; worker a resumed")
+            for problem in _zombie_problems(a, 60.0):
+                out.fail(problem)
+            publisher.join()
+            report = self.verified(s, self.drain_timeout(work.messages), work.messages, b)
+            b.check_alive()
+        finally:
+            if a.running():
+                a.proc.send_signal(signal.SIGCONT)  # type: ignore[union-attr]
+                a.stop()
+            if b is not None:
+                b_code = b.stop()
+        if b_code != 0:
+            out.fail(f"worker b's clean stop (SIGTERM) exited with {b_code}")
+        return self.ordered_result(out, report)
+
 
 # -- helpers ------------------------------------------------------------------
+
+
+def _zombie_problems(worker: WorkerProcess, timeout: float) -> list[str]:
+    """What is wrong with a resumed zombie ``worker`` once its partitions
+    have a new owner: it must log ``fenced:`` and exit non-zero within
+    ``timeout`` seconds (none: it is fenced and gone)."""
+    assert worker.proc is not None
+    try:
+        code: int | None = worker.proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        code = None
+    log = worker.log()
+    fenced = [line for line in log.splitlines() if "fenced:" in line]
+    problems = []
+    if code is None:
+        problems.append(
+            f"the zombie was still running {timeout:g} s after it was resumed"
+            + (" (it logged 'fenced:')" if fenced else "")
+            + f"; log: {worker.log_path}"
+        )
+    elif code == 0:
+        problems.append(f"the zombie exited with 0, not as a fenced worker; log: {worker.log_path}")
+    if not fenced:
+        problems.append(f"the zombie logged no 'fenced:' line; log: {worker.log_path}")
+    return problems
 
 
 def _phases(
@@ -625,9 +819,20 @@ def _phases(
     return phases
 
 
+def _exactly_once(settings: Settings) -> bool:
+    """Whether ``settings`` ask the workers for exactly_once."""
+    return settings.runtime.processing_guarantee == EXACTLY_ONCE
+
+
 async def _ends(settings: Settings, topic: str) -> dict[int, int]:
-    """``topic``'s end offset per partition."""
-    got = await end_offsets_of(settings.broker.bootstrap, [topic])
+    """``topic``'s end offset per partition; under exactly_once, 1 + the
+    offset of its last committed record (a transaction's commit or abort
+    marker, and an aborted write, move the end offset without output)."""
+    if _exactly_once(settings):
+        tps = as_topic_partitions(topic, settings.broker.partitions)
+        got = await committed_ends(settings.broker.bootstrap, tps)
+    else:
+        got = await end_offsets_of(settings.broker.bootstrap, [topic])
     return {tp.partition: end for tp, end in got.items()}
 
 
@@ -770,17 +975,52 @@ def _cells(out: Outcome) -> list[str]:
     ]
 
 
+#: the columns after :data:`ROW` once runs have processing guarantees: the
+#: guarantee of the row's run, and the scenario's run under exactly_once
+GUARANTEE_ROW = ("guarantee", "exactly_once")
+
+
+def by_scenario(outcomes: list[Outcome]) -> dict[str, list[Outcome]]:
+    """The outcomes of each scenario (one per guarantee it ran under), in
+    the order they came."""
+    groups: dict[str, list[Outcome]] = {}
+    for out in outcomes:
+        groups.setdefault(_key(out), []).append(out)
+    return groups
+
+
+def main_outcome(outs: list[Outcome]) -> Outcome:
+    """A scenario's row: its at_least_once run when it has one (the
+    exactly_once run is its own column), else its only run."""
+    return next((o for o in outs if o.guarantee == AT_LEAST_ONCE), outs[0])
+
+
+def exactly_once_cell(outs: list[Outcome], transactions: bool | None) -> str:
+    """The exactly_once column of a scenario: its run under exactly_once
+    (:func:`summary_cell`), :data:`NO_TRANSACTIONS` on a broker without
+    transactions, else "not run"."""
+    eo = next((o for o in outs if o.guarantee == EXACTLY_ONCE), None)
+    if eo is not None and not (eo.skipped and transactions is False):
+        return summary_cell(eo)
+    return NO_TRANSACTIONS if transactions is False else "not run"
+
+
 SHORT_ROW = ("scenario", "msgs", "faults", "lost", "order", "other", "re-emit", "DLQ", "recovery s")
 
 
-def table(outcomes: list[Outcome]) -> Table:
+def table(outcomes: list[Outcome], transactions: bool | None = None) -> Table:
+    """The console's table: a row per scenario, its at_least_once run (or
+    its only one), and its exactly_once run in the last column."""
     t = Table(title="seqkeeper chaos", caption="columns: see docs/reliability.md")
-    for name in (*SHORT_ROW, "result"):
+    for name in (*SHORT_ROW, "result", *GUARANTEE_ROW):
         t.add_column(
-            name, justify="left" if name in ("scenario", "result") else "right", no_wrap=True
+            name,
+            justify="left" if name in ("scenario", "result", *GUARANTEE_ROW) else "right",
+            no_wrap=name != "exactly_once",
         )
-    for out in outcomes:
-        t.add_row(*_cells(out))
+    for outs in by_scenario(outcomes).values():
+        main = main_outcome(outs)
+        t.add_row(*_cells(main), main.guarantee, exactly_once_cell(outs, transactions))
     return t
 
 
@@ -802,6 +1042,9 @@ class BrokerRun:
     outcomes: list[Outcome]
     #: the broker in words, e.g. "the embedded broker (Tansu 0.6)"
     kind: str = ""
+    #: whether the broker has transactions (``None``: not known, a run
+    #: from before the exactly_once runs)
+    transactions: bool | None = None
 
     def to_json(self) -> dict[str, Any]:
         doc = asdict(self)
@@ -820,6 +1063,7 @@ class BrokerRun:
             command=doc["command"],
             outcomes=outcomes,
             kind=doc.get("kind", ""),
+            transactions=doc.get("transactions"),
         )
 
 
@@ -953,7 +1197,27 @@ def markdown(runs: list[BrokerRun], data: str = "reliability.json") -> str:
     runs = sorted(runs, key=_column_order)
     present = {_key(o) for r in runs for o in r.outcomes}
     keys = [k for k in SCENARIOS if k in present] + sorted(present - set(SCENARIOS))
-    by_key = [{_key(o): o for o in r.outcomes} for r in runs]
+    by_key = [by_scenario(r.outcomes) for r in runs]
+    # (the guarantee columns once a run knows of guarantees)
+    guarantees = any(
+        r.transactions is not None or any(o.guarantee != AT_LEAST_ONCE for o in r.outcomes)
+        for r in runs
+    )
+    row = ROW + GUARANTEE_ROW if guarantees else ROW
+
+    def main_cell(outs: list[Outcome] | None) -> str:
+        if not outs:
+            return summary_cell(None)
+        main = main_outcome(outs)
+        under = f" ({main.guarantee})" if guarantees and main.guarantee != AT_LEAST_ONCE else ""
+        return summary_cell(main) + under
+
+    def ordered(outcomes: list[Outcome]) -> list[Outcome]:
+        return sorted(outcomes, key=lambda o: (keys.index(_key(o)), o.guarantee != AT_LEAST_ONCE))
+
+    def label(out: Outcome) -> str:
+        return _md(out.scenario) + (f" ({out.guarantee})" if guarantees else "")
+
     titles = dict(TITLES)
     for r in runs:
         for o in r.outcomes:
@@ -981,13 +1245,29 @@ def markdown(runs: list[BrokerRun], data: str = "reliability.json") -> str:
         "",
         "Each cell: result: lost, order violations, other failures (when any),",
         "re-emitted (identical), recovery s worst (median).",
+    ]
+    if guarantees:
+        lines += [
+            "A scenario ran under at_least_once unless its cell names another",
+            'guarantee; its row "…, exactly_once" is the same scenario under',
+            "exactly_once, where a read_committed reader must see every output",
+            "once (0 re-emitted); on a broker without transactions that row says",
+            f'"{NO_TRANSACTIONS}".',
+        ]
+    lines += [
         "",
         "| scenario | " + " | ".join(_md(r.broker) for r in runs) + " |",
         "|" + "|".join("---" for _ in range(len(runs) + 1)) + "|",
     ]
     for k in keys:
-        cells = [summary_cell(outs.get(k)) for outs in by_key]
+        cells = [main_cell(outs.get(k)) for outs in by_key]
         lines.append(f"| {_md(titles[k])} | " + " | ".join(cells) + " |")
+        if guarantees and k in BOTH_GUARANTEES:
+            cells = [
+                exactly_once_cell(outs.get(k, []), r.transactions)
+                for r, outs in zip(runs, by_key, strict=True)
+            ]
+            lines.append(f"| {_md(titles[k])}, exactly_once | " + " | ".join(cells) + " |")
     for r in runs:
         lines += [
             "",
@@ -995,11 +1275,16 @@ def markdown(runs: list[BrokerRun], data: str = "reliability.json") -> str:
             "",
             f"`{r.command}` on {_when(r.generated)}.",
             "",
-            "| " + " | ".join(ROW) + " |",
-            "|" + "|".join("---" for _ in ROW) + "|",
+            "| " + " | ".join(row) + " |",
+            "|" + "|".join("---" for _ in row) + "|",
         ]
-        for out in sorted(r.outcomes, key=lambda o: keys.index(_key(o))):
-            lines.append("| " + " | ".join(_md(c) for c in _cells(out)) + " |")
+        groups = by_scenario(r.outcomes)
+        for k in sorted(groups, key=keys.index):
+            main = main_outcome(groups[k])
+            cells = _cells(main)
+            if guarantees:
+                cells += [main.guarantee, exactly_once_cell(groups[k], r.transactions)]
+            lines.append("| " + " | ".join(_md(c) for c in cells) + " |")
     lines += [
         "",
         "Lost: valid input never emitted (or, for commands, never answered or",
@@ -1013,13 +1298,22 @@ def markdown(runs: list[BrokerRun], data: str = "reliability.json") -> str:
         "output on every partition).",
         "",
     ]
+    if guarantees:
+        lines += [
+            "Guarantee: the processing guarantee the row's workers ran under",
+            "(their `processing guarantee:` line). exactly_once: the scenario",
+            "under exactly_once (Kafka transactions), verified read_committed:",
+            "any re-emission is a failure there, as are loss and disorder; it",
+            f'does not run on a broker without transactions ("{NO_TRANSACTIONS}").',
+            "",
+        ]
     noted = [r for r in runs if any(o.notes or o.skipped for o in r.outcomes)]
     if noted:
         lines += ["## Notes", ""]
     for r in noted:
-        outs = sorted(r.outcomes, key=lambda o: keys.index(_key(o)))
+        outs = ordered(r.outcomes)
         lines += [f"### {_md(r.broker)}", ""]
-        lines += [f"- {_md(o.scenario)}: skipped — {_md(o.skipped)}" for o in outs if o.skipped]
-        lines += [f"- {_md(o.scenario)}: {_md(n)}" for o in outs for n in o.notes]
+        lines += [f"- {label(o)}: skipped — {_md(o.skipped)}" for o in outs if o.skipped]
+        lines += [f"- {label(o)}: {_md(n)}" for o in outs for n in o.notes]
         lines.append("")
     return "\n".join(lines)
