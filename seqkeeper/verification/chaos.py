@@ -107,6 +107,10 @@ SHORT = Scale(
 SCENARIOS = ("kill", "freeze", "failover", "corpus", "local-state", "commands", "zombie")
 #: the scenarios run under each guarantee on a broker with transactions
 BOTH_GUARANTEES = ("kill", "freeze", "failover")
+#: the scenarios verified as exactly-once (read_committed, no re-emission):
+#: the report's exactly_once column (the others run once, under the
+#: configured guarantee, verified as under at_least_once)
+VERIFIED_EXACTLY_ONCE = (*BOTH_GUARANTEES, "zombie")
 AT_LEAST_ONCE, EXACTLY_ONCE = "at_least_once", "exactly_once"
 #: the exactly_once column on a broker without transactions
 NO_TRANSACTIONS = "n/a (no transactions)"
@@ -998,7 +1002,10 @@ def main_outcome(outs: list[Outcome]) -> Outcome:
 def exactly_once_cell(outs: list[Outcome], transactions: bool | None) -> str:
     """The exactly_once column of a scenario: its run under exactly_once
     (:func:`summary_cell`), :data:`NO_TRANSACTIONS` on a broker without
-    transactions, else "not run"."""
+    transactions, else "not run"; "–" for a scenario not verified as
+    exactly-once (:data:`VERIFIED_EXACTLY_ONCE`), whatever it ran under."""
+    if outs and _key(outs[0]) not in VERIFIED_EXACTLY_ONCE:
+        return "–"
     eo = next((o for o in outs if o.guarantee == EXACTLY_ONCE), None)
     if eo is not None and not (eo.skipped and transactions is False):
         return summary_cell(eo)
@@ -1305,6 +1312,9 @@ def markdown(runs: list[BrokerRun], data: str = "reliability.json") -> str:
             "under exactly_once (Kafka transactions), verified read_committed:",
             "any re-emission is a failure there, as are loss and disorder; it",
             f'does not run on a broker without transactions ("{NO_TRANSACTIONS}").',
+            "–: a scenario without an exactly-once verification: it runs once,",
+            "under the guarantee of its guarantee column, verified as under",
+            "at_least_once (identical repeats counted, not failures).",
             "",
         ]
     noted = [r for r in runs if any(o.notes or o.skipped for o in r.outcomes)]
