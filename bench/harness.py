@@ -5,7 +5,10 @@ absolute figures; JSON and PNG plots under ``bench/results/``.
 Throughput is measured from outside the processes: the time from the first
 output record to the expected count on the output topic (end offsets, polled
 every 50 ms), so start-up and group joins are excluded and every process is
-measured the same way.
+measured the same way. The ``guarantee`` section (exactly-once against
+at-least-once, on a broker with transactions) stops its clock at the
+committed input offsets instead: end offsets count exactly-once's commit
+markers too (:func:`measure_output`).
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ from seqkeeper.adapter.producer import BatchProducer
 from seqkeeper.broker import die_with_parent, free_port
 from seqkeeper.demo import publish
 from seqkeeper.settings import Settings
-from seqkeeper.topics import create_topics, end_offsets_of
+from seqkeeper.topics import create_topics, end_offsets_of, read_topic
 from seqkeeper.worker import WorkerProcess
 
 Records = list[tuple[bytes | None, bytes | None]]
@@ -153,6 +156,23 @@ LATENCY_P99_MS = 100
 #: Seconds without a new output record before a measurement gives up.
 STALL = 180.0
 
+#: The guarantee of every section but ``guarantee``. The default (auto) is
+#: exactly-once on a broker with transactions, and those sections count
+#: records by end offsets, which commit markers inflate (:func:`measure_output`);
+#: at-least-once is also what the limit is (consume, produce, commit), and
+#: what the embedded broker runs anyway. The ``guarantee`` section measures
+#: exactly-once against it.
+PINNED = "at_least_once"
+
+#: exactly_once / at_least_once throughput on the same broker and input (issue 35).
+GUARANTEE_RATIO = 0.8
+
+#: The commit interval of both modes in the ``guarantee`` section: its clock
+#: stops at the committed input offsets, which at-least-once commits only
+#: every interval (exactly-once: every outbox cycle); short, so the wait
+#: for the last commit is small, and the same for both.
+GUARANTEE_COMMIT_INTERVAL = 0.2
+
 
 def measure_output(
     bootstrap: str,
@@ -162,6 +182,7 @@ def measure_output(
     timeout: float,
     start_on: Sequence[str] = (),
     feed: Callable[[], None] | None = None,
+    committed: tuple[str, str] | None = None,
 ) -> tuple[float, int]:
     """(records per second, records counted) from the first sign of work
     until ``expected`` records are on ``topic``. The clock starts at the
@@ -170,7 +191,23 @@ def measure_output(
     timed from its first output, after work it already did). With ``feed``
     (publishing the input to a running worker), the clock starts when the
     feed starts, in a thread, after the first look at ``topic``: its
-    records from then on are counted."""
+    records from then on are counted.
+
+    With ``committed`` (a consumer group and its input topic), what is
+    counted is the input records whose offsets the group has committed,
+    until ``expected`` of them are (the clock still starts as above). A
+    high watermark counts offsets, not records: under exactly-once each
+    transaction also writes a commit marker, at an offset of its own, into
+    every partition it wrote, so the end offsets of ``topic`` reach
+    ``expected`` before its records do. Committed input offsets count the
+    same thing in both guarantees, input whose outputs are on the broker
+    for good: exactly-once commits them in the transaction of those
+    outputs, at-least-once after their acknowledgement, every
+    ``commit_interval`` (which the caller keeps short, the same for both).
+    Counting the output records instead (a ``read_committed`` consumer)
+    would read every record in this process, on the cores the worker and
+    the broker share, and lag behind a fast worker; a committed offset is
+    one small request per poll."""
 
     async def run() -> tuple[float, int]:
         from aiokafka import AIOKafkaConsumer
@@ -180,12 +217,15 @@ def measure_output(
 
         consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
         await consumer.start()
+        count = None
         try:
             started = time.monotonic()
             deadline = started + timeout
             first_at, first_n = None, 0
             last_n, progressed = -1, started
             tps = await topic_partitions(consumer, topic)
+            if committed is not None:
+                count = await _committed_counter(bootstrap, *committed)
             others: list[TopicPartition] = []
             waiting = list(start_on)  # may not exist before the worker runs
             failed: list[BaseException] = []
@@ -201,7 +241,7 @@ def measure_output(
                     except UnknownTopic:
                         pass
                 ends = await high_watermarks(consumer, tps + others)
-                n = sum(ends[tp] for tp in tps)
+                n = sum(ends[tp] for tp in tps) if count is None else await count()
                 now = time.monotonic()
                 if first_at is None and sum(ends.values()) > 0:
                     first_at, first_n = now, n
@@ -224,9 +264,48 @@ def measure_output(
                 await asyncio.sleep(0.05)
             raise TimeoutError(f"{topic}: fewer than {expected} records after {timeout}s")
         finally:
+            if count is not None:
+                await count.close()
             await consumer.stop()
 
     return asyncio.run(run())
+
+
+class _Committed:
+    """The input records a consumer group has committed: the sum of its
+    committed offsets on the input's partitions (none yet: 0)."""
+
+    def __init__(self, admin: Any, group: str, tps: list[TopicPartition], node: int) -> None:
+        self.admin, self.group, self.tps, self.node = admin, group, tps, node
+
+    async def __call__(self) -> int:
+        got = await self.admin.list_consumer_group_offsets(self.group, self.node, self.tps)
+        return sum(max(0, meta.offset) for meta in got.values())
+
+    async def close(self) -> None:
+        await self.admin.close()
+
+
+async def _committed_counter(bootstrap: str, group: str, source: str) -> _Committed:
+    from aiokafka import AIOKafkaConsumer
+    from aiokafka.admin import AIOKafkaAdminClient
+
+    from seqkeeper.topics import topic_partitions
+
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    await consumer.start()
+    try:
+        tps = await topic_partitions(consumer, source)
+    finally:
+        await consumer.stop()
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        node = await admin.find_coordinator(group)
+    except BaseException:
+        await admin.close()
+        raise
+    return _Committed(admin, group, tps, node)
 
 
 def _catching(call: Callable[[], None], failed: list[BaseException]) -> Callable[[], None]:
@@ -343,8 +422,17 @@ class Bench:
         )
 
     def seqkeeper(
-        self, records: Records | None = None, distinct: int | None = None, **over: Any
+        self,
+        records: Records | None = None,
+        distinct: int | None = None,
+        committed: bool = False,
+        **over: Any,
     ) -> Figure:
+        """Throughput of the workload (``over``: settings). With
+        ``committed``, clocked by the group's committed input offsets
+        (:func:`measure_output`), and the ordered output then read back
+        (not timed; ``read_committed`` under exactly-once) to check that it
+        is all there."""
         tag = _tag("seqkeeper")
         s = self.settings(tag, **over)
         self.topics(s.topics())
@@ -353,39 +441,90 @@ class Bench:
         asyncio.run(publish(self.bootstrap, s.ordered.input_topic, records))
         w = WorkerProcess(s, self.workdir / f"{tag}.log", "warning").start()
         try:
-            rate, _ = measure_output(
+            rate, counted = measure_output(
                 self.bootstrap,
                 s.ordered.ordered_topic,
-                distinct,
+                len(records) if committed else distinct,
                 w.running,
                 self.timeout(distinct),
                 start_on=[f"{s.group_id}-state-changelog", s.ordered.deduped_topic],
+                committed=(s.group_id, s.ordered.input_topic) if committed else None,
             )
         finally:
             w.stop()
-        return _per_input(
-            "seqkeeper: dedup + resequence, all features", rate, len(records), distinct
+        guarantee = s.runtime.processing_guarantee
+        if not committed:
+            name = "seqkeeper: dedup + resequence, all features"
+            if guarantee != "auto":
+                name += f", {guarantee}"
+            return _per_input(name, rate, len(records), distinct)
+        # (read_committed only where it matters: the embedded broker, which
+        # has no transactions, answers it with a wrong end)
+        isolation = "read_committed" if guarantee == "exactly_once" else "read_uncommitted"
+        outputs = asyncio.run(
+            read_topic(self.bootstrap, s.ordered.ordered_topic, isolation=isolation)
+        )
+        # what a count of end offsets would have counted (exactly-once: the
+        # commit markers besides the records)
+        offsets = asyncio.run(_count(self.bootstrap, s.ordered.ordered_topic))
+        if len(outputs) < distinct:
+            raise RuntimeError(
+                f"{tag} ({guarantee}) committed its whole input with {len(outputs):,} "
+                f"of {distinct:,} ordered outputs readable"
+            )
+        return Figure(
+            f"seqkeeper {guarantee}: input per s to committed offsets",
+            rate,
+            "msg/s",
+            detail={
+                "outputs per s": rate * distinct / len(records),
+                "counted": counted,
+                "output records": len(outputs),
+                "output end offsets": offsets,
+                "clock": "first sign of work to the group's committed input offsets at the end",
+                "commit interval s": s.runtime.commit_interval,
+                "log": str(self.workdir / f"{tag}.log"),
+            },
         )
 
     # -- latency --------------------------------------------------------------
 
-    def latency(self, rate: float) -> Figure:
+    def latency(
+        self, rate: float, read_committed: bool = False, name: str = "", **over: Any
+    ) -> Figure:
         """End-to-end latency (produce → ordered output) of in-order input
-        at ``rate`` messages per second."""
+        at ``rate`` messages per second (``over``: settings; ``name``: the
+        figure's, up to "latency p99"). The output is read as a consumer of
+        it would: ``read_committed`` for a worker under exactly-once (a
+        record counts when its transaction commits, not when it is
+        written), as the default consumer otherwise."""
         tag = _tag("latency")
-        s = self.settings(tag)
+        s = self.settings(tag, **over)
+        guarantee = s.runtime.processing_guarantee
+        if guarantee == "exactly_once":
+            read_committed = True
+        isolation = "read_committed" if read_committed else "read_uncommitted"
         self.topics(s.topics())
         w = WorkerProcess(s, self.workdir / f"{tag}.log", "warning").start()
         try:
             lat = asyncio.run(
                 self._latency(
-                    s.ordered.input_topic, s.ordered.ordered_topic, rate, self.sizes.latency_seconds
+                    s.ordered.input_topic,
+                    s.ordered.ordered_topic,
+                    rate,
+                    self.sizes.latency_seconds,
+                    isolation,
                 )
             )
         finally:
             w.stop()
-        figure = _latency_figure(f"seqkeeper, latency p99 at {rate:,.0f} msg/s, in order", lat)
+        what = f"{name or 'seqkeeper'}, latency p99 at {rate:,.0f} msg/s, in order"
+        if guarantee != "auto" and not name:
+            what += f", {guarantee}"
+        figure = _latency_figure(what, lat)
         figure.detail["fetch max wait ms"] = s.runtime.fetch_wait_ms()
+        figure.detail["isolation"] = isolation
+        figure.detail["log"] = str(self.workdir / f"{tag}.log")
         return figure
 
     def limit_latency(self, rate: float, write_ahead: bool = False) -> Figure:
@@ -422,10 +561,16 @@ class Bench:
         return figure
 
     async def _latency(
-        self, source: str, sink: str, rate: float, seconds: float
+        self,
+        source: str,
+        sink: str,
+        rate: float,
+        seconds: float,
+        isolation: str = "read_uncommitted",
     ) -> list[tuple[float, float]]:
-        """Per record sent at ``rate`` for ``seconds`` and read on ``sink``:
-        (latency, when it was sent, in seconds from the first send)."""
+        """Per record sent at ``rate`` for ``seconds`` and read on ``sink``
+        (a consumer with ``isolation``): (latency, when it was sent, in
+        seconds from the first send)."""
         from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
         consumer = AIOKafkaConsumer(
@@ -433,6 +578,7 @@ class Bench:
             bootstrap_servers=self.bootstrap,
             auto_offset_reset="earliest",
             fetch_max_wait_ms=5,
+            isolation_level=isolation,
         )
         producer = AIOKafkaProducer(bootstrap_servers=self.bootstrap)  # _paced lingers
         await consumer.start()
@@ -492,6 +638,7 @@ class Bench:
             tag,
             max_buffered_per_key=depth * 2,
             max_buffered_total=max(1_000_000, depth * 4),
+            processing_guarantee=PINNED,
         )
         self.topics(s.topics())
         asyncio.run(publish(self.bootstrap, s.ordered.input_topic, stuck))
@@ -522,7 +669,10 @@ class Bench:
         finally:
             w.stop()
         figure = _per_input(
-            f"seqkeeper with {depth:,} buffered on one key", rate, len(self.records), self.distinct
+            f"seqkeeper with {depth:,} buffered on one key, {PINNED}",
+            rate,
+            len(self.records),
+            self.distinct,
         )
         figure.detail.update(counted=counted, timed="from the start of the input's publication")
         return figure
@@ -535,7 +685,7 @@ class Bench:
         n = self.sizes.state_keys
         tag = _tag("restart")
         # as deployed for fast restarts: static membership (SEQKEEPER_INSTANCE_ID)
-        s = self.settings(tag, instance_id=f"{tag}-worker")
+        s = self.settings(tag, instance_id=f"{tag}-worker", processing_guarantee=PINNED)
         self.topics(s.topics())
         records = [
             (f"s{k:07d}".encode(), orjson.dumps({"messageId": f"s{k}", "seq": 1, "type": "t"}))
@@ -565,16 +715,22 @@ class Bench:
                     [(b"s0000000", orjson.dumps({"messageId": "again", "seq": 2, "type": "t"}))],
                 )
             )
-            measure_output(
-                self.bootstrap, s.ordered.ordered_topic, n + 1, w.running, 600
-            )
+            measure_output(self.bootstrap, s.ordered.ordered_topic, n + 1, w.running, 600)
             took = time.monotonic() - t0
             rss = max(rss, _peak_rss_mb(w.pid))
         finally:
             w.stop()
         return (
-            Figure(f"restart to first output, {n:,} keys of state", took, "s", "< 15 s", took < 15),
-            Figure(f"worker peak RSS, {n:,} keys of state", rss, "MB", "< 500 MB", rss < 500),
+            Figure(
+                f"restart to first output, {n:,} keys of state, {PINNED}",
+                took,
+                "s",
+                "< 15 s",
+                took < 15,
+            ),
+            Figure(
+                f"worker peak RSS, {n:,} keys of state, {PINNED}", rss, "MB", "< 500 MB", rss < 500
+            ),
         )
 
     # -- Spark --------------------------------------------------------------------------
@@ -831,8 +987,8 @@ def run(bench: Bench, only: set[str] | None = None) -> dict[str, Any]:
                 bench.say("  peer")
                 peer = bench.peer()
                 bench.say(f"  {peer.value:,.0f} msg/s")
-            bench.say("  seqkeeper")
-            runs.append(bench.seqkeeper())
+            bench.say(f"  seqkeeper, {PINNED}")
+            runs.append(bench.seqkeeper(processing_guarantee=PINNED))
             bench.say(
                 f"  {runs[-1].value:,.0f} msg/s ({runs[-1].value / limits[-1].value:.2f} x limit)"
             )
@@ -868,7 +1024,7 @@ def run(bench: Bench, only: set[str] | None = None) -> dict[str, Any]:
             aheads: list[Figure] = []
             for n in range(1, rounds + 1):
                 bench.say(f"latency at half of seqkeeper's throughput, round {n} of {rounds}")
-                lats.append(bench.latency(rate))
+                lats.append(bench.latency(rate, processing_guarantee=PINNED))
                 bench.say(f"  p99 {lats[-1].value:,.0f} ms; through the limit's pipeline")
                 floors.append(bench.limit_latency(rate))
                 bench.say(f"  p99 {floors[-1].value:,.0f} ms; with a write-ahead")
@@ -915,7 +1071,84 @@ def run(bench: Bench, only: set[str] | None = None) -> dict[str, Any]:
             )
         )
 
+    def guarantee() -> None:
+        from seqkeeper.runtime.guarantee import has_transactions
+
+        probe = f"{_tag('guarantee')}-probe"
+        if not asyncio.run(has_transactions(bench.bootstrap, probe)):
+            bench.say("processing guarantees: not measured, the broker has no transactions")
+            ratios.append(
+                Figure(
+                    "exactly_once / at_least_once: not measured (n/a: no transactions)",
+                    0.0,
+                    "",
+                    f"≥ {GUARANTEE_RATIO}",
+                    None,
+                    {"why": "the broker has no transactions: exactly_once is refused on it"},
+                )
+            )
+            return
+        # Both modes clocked by committed input offsets, with the same
+        # commit interval (measure_output): the end offsets of the output
+        # would count exactly-once's commit markers as records.
+        alos: list[Figure] = []
+        eoss: list[Figure] = []
+        rounds = max(1, bench.sizes.rounds)
+
+        def measure(mode: str) -> Figure:
+            bench.say(f"  {mode}")
+            figure = bench.seqkeeper(
+                committed=True,
+                processing_guarantee=mode,
+                commit_interval=GUARANTEE_COMMIT_INTERVAL,
+            )
+            bench.say(f"  {figure.value:,.0f} msg/s")
+            return figure
+
+        for n in range(1, rounds + 1):
+            # the order flips each round: a machine that drifts favours neither
+            bench.say(f"processing guarantees, round {n} of {rounds}")
+            if n % 2:
+                alos.append(measure("at_least_once"))
+                eoss.append(measure("exactly_once"))
+            else:
+                eoss.append(measure("exactly_once"))
+                alos.append(measure("at_least_once"))
+            bench.say(f"  {eoss[-1].value / alos[-1].value:.2f} x")
+        alo, eos = _median_figure(alos), _median_figure(eoss)
+        figures.extend([alo, eos])
+        ratio = _ratio_of_rounds(
+            "exactly_once / at_least_once",
+            eoss,
+            alos,
+            f"≥ {GUARANTEE_RATIO}",
+            GUARANTEE_RATIO,
+        )
+        ratio.detail["clock"] = "committed input offsets, both modes"
+        ratio.detail["commit interval s"] = GUARANTEE_COMMIT_INTERVAL
+        ratios.append(ratio)
+        # p99 of both at the same rate: half of at-least-once's throughput,
+        # as the throughput section does; both read read_committed
+        rate = max(10.0, alo.value / 2)
+        by_mode: dict[str, list[Figure]] = {"at_least_once": [], "exactly_once": []}
+        for n in range(1, rounds + 1):
+            bench.say(f"latency of both guarantees at {rate:,.0f} msg/s, round {n} of {rounds}")
+            order = list(by_mode) if n % 2 else list(reversed(by_mode))
+            for mode in order:
+                by_mode[mode].append(
+                    bench.latency(
+                        rate,
+                        read_committed=True,
+                        name=f"seqkeeper {mode}",
+                        processing_guarantee=mode,
+                        commit_interval=GUARANTEE_COMMIT_INTERVAL,
+                    )
+                )
+                bench.say(f"  {mode}: p99 {by_mode[mode][-1].value:,.0f} ms")
+        figures.extend(_median_figure(lats) for lats in by_mode.values())
+
     section("throughput", throughput)
+    section("guarantee", guarantee)
     section("depth", depth)
     section("restart", restart)
     section("spark", spark)

@@ -1,0 +1,73 @@
+"""The ``guarantee`` section of the bench (issue 35): measured on a broker
+with transactions, one n/a row on one without; and its clock, the
+committed input offsets, counts input records. Never a speed threshold."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from seqkeeper.bench.harness import GUARANTEE_COMMIT_INTERVAL, Bench, Sizes, run, workload
+from seqkeeper.runtime.guarantee import has_transactions
+
+pytestmark = pytest.mark.integration
+
+TINY = Sizes(
+    messages=300,
+    keys=20,
+    partitions=2,
+    deep_buffer=40,
+    state_keys=100,
+    spark_records=500,
+    latency_seconds=1.0,
+    rounds=1,
+)
+
+
+def test_guarantee_section(broker, tmp_path) -> None:
+    bench = Bench(broker.bootstrap, TINY, tmp_path, lambda s: None)
+    result = run(bench, {"guarantee"})
+    assert result["failed"] == [], result["figures"]
+    names = [r["name"] for r in result["ratios"]]
+    if not asyncio.run(has_transactions(broker.bootstrap, f"{tmp_path.name}-probe")):
+        # not a failure: one row saying it was not measured
+        assert names == ["exactly_once / at_least_once: not measured (n/a: no transactions)"]
+        assert result["ratios"][0]["met"] is None
+        assert result["figures"] == []
+        return
+    assert names == ["exactly_once / at_least_once"]
+    ratio = result["ratios"][0]
+    rates = {f["name"].split(":")[0]: f for f in result["figures"] if f["unit"] == "msg/s"}
+    alo, eos = rates["seqkeeper at_least_once"], rates["seqkeeper exactly_once"]
+    assert ratio["value"] == pytest.approx(eos["value"] / alo["value"])
+    for figure in (alo, eos):
+        assert figure["value"] > 0
+        assert figure["detail"]["commit interval s"] == GUARANTEE_COMMIT_INTERVAL
+        assert 0 < figure["detail"]["counted"] <= len(bench.records)
+    lat = [f for f in result["figures"] if "latency p99" in f["name"]]
+    assert sorted(f["name"].split(",")[0] for f in lat) == [
+        "seqkeeper at_least_once",
+        "seqkeeper exactly_once",
+    ]
+    # both read as a read_committed consumer, at half of at-least-once's throughput
+    assert all(f["detail"]["isolation"] == "read_committed" for f in lat)
+    assert all(f"{alo['value'] / 2:,.0f} msg/s" in f["name"] for f in lat)
+
+
+def test_the_committed_clock_counts_input_records(broker, tmp_path) -> None:
+    # duplicates make fewer ordered outputs than input records: a count of
+    # the output could never reach the input's count, the committed offsets do
+    records, distinct = workload(300, 20, dup=0.2)
+    assert len(records) > distinct
+    bench = Bench(broker.bootstrap, TINY, tmp_path, lambda s: None)
+    figure = bench.seqkeeper(
+        records,
+        distinct,
+        committed=True,
+        processing_guarantee="at_least_once",
+        commit_interval=GUARANTEE_COMMIT_INTERVAL,
+    )
+    assert figure.name == "seqkeeper at_least_once: input per s to committed offsets"
+    assert 0 < figure.detail["counted"] <= len(records)
+    assert figure.detail["outputs per s"] == pytest.approx(figure.value * distinct / len(records))
