@@ -172,12 +172,17 @@ async def read_topic(
     records: list[Record] = []
     try:
         tps = await topic_partitions(consumer, topic)
+        todo = await high_watermarks(consumer, tps)  # assigns ``tps``
         if isolation == "read_committed":
-            # the last stable offset (a broker with transactions is exact)
-            consumer.assign(tps)
-            todo = await consumer.end_offsets(tps)
-        else:
-            todo = await high_watermarks(consumer, tps)  # assigns ``tps``
+            # Up to the last stable offset: ListOffsets tells it on a broker
+            # with transactions; the fetch made above, where the embedded
+            # broker's ListOffsets is short (its fetch is exact, as for
+            # the high watermark).
+            listed = await consumer.end_offsets(tps)
+            for tp in tps:
+                fetched = consumer.last_stable_offset(tp)
+                stable = max(listed[tp], fetched if fetched is not None else -1)
+                todo[tp] = min(todo[tp], stable)
         begin = await consumer.beginning_offsets(tps)
         for tp in tps:
             start = max(begin[tp], (after or {}).get(tp.partition, 0))

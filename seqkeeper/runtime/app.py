@@ -34,7 +34,6 @@ from seqkeeper.runtime.task import Task, TaskState
 from seqkeeper.settings import Settings
 from seqkeeper.state.rocksdb import FaustRocksStore
 
-
 #: The worker's exit code when a transaction was fenced or aborted.
 FENCED_EXIT = 3
 

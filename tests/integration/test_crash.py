@@ -13,12 +13,21 @@ from seqkeeper.demo import publish, wait_until_verified
 from seqkeeper.topics import create_topics
 from seqkeeper.verification.workload import generate
 from seqkeeper.worker import WorkerProcess
+from tests.conftest import Broker
 
 pytestmark = pytest.mark.integration
 
 
-def test_kill_9_while_processing_loses_nothing(make_settings, tmp_path) -> None:
-    settings = make_settings(partitions=3, gap_timeout=600.0)
+@pytest.mark.parametrize("guarantee", ["auto", "at_least_once"])
+def test_kill_9_while_processing_loses_nothing(
+    make_settings, tmp_path, broker: Broker, guarantee: str
+) -> None:
+    """``auto`` is exactly_once on Apache Kafka (tests/integration/test_exactly_once.py
+    also counts its re-emissions: none) and at_least_once on the embedded
+    broker; at_least_once runs on Apache Kafka too."""
+    if guarantee == "at_least_once" and broker.is_tansu:
+        pytest.skip("auto is at_least_once on the embedded broker")
+    settings = make_settings(partitions=3, gap_timeout=600.0, processing_guarantee=guarantee)
     asyncio.run(
         create_topics(settings.broker.bootstrap, settings.topics(), settings.broker.partitions)
     )
@@ -45,4 +54,6 @@ def test_kill_9_while_processing_loses_nothing(make_settings, tmp_path) -> None:
         assert final.stop() == 0
     # every restart after a kill discarded its local state and rebuilt it
     assert all("did not stop cleanly" in log for log in [*logs[1:], final.log()])
+    mode = "exactly_once" if guarantee == "auto" and not broker.is_tansu else "at_least_once"
+    assert all(f"processing guarantee: {mode}" in log for log in [*logs, final.log()])
     print("re-emitted:", report.reemitted)
