@@ -475,7 +475,9 @@ def bench(
     smoke: Annotated[bool, typer.Option(help="Tiny sizes: checks the harness works.")] = False,
     only: Annotated[
         Optional[list[str]],
-        typer.Option(help="Only these (repeatable): throughput, latency, depth, restart, spark."),
+        typer.Option(
+            help="Only these (repeatable): throughput, latency, depth, restart, spark, guarantee."
+        ),
     ] = None,
     out: Annotated[Path, typer.Option(help="Where JSON and PNG results go.")] = Path(
         "bench/results"
