@@ -36,7 +36,7 @@ Each module, its job, and the tests that fail without it:
 - :mod:`.producer`: ordered records produced as whole record batches
   (``tests/adapter/test_producer.py``).
 - :mod:`.transactions`: a transactional producer per owned input partition,
-  exactly-once (``tests/integration/test_exactly_once.py``).
+  exactly-once (``tests/integration/test_crash.py``, ``test_zombie.py``).
 - :mod:`.offsets`: exact end offsets and fresh topic metadata
   (``tests/integration/test_broker_deviations.py``, ``test_topics.py``).
 - :mod:`.diagnostics`: ``kill -USR1``, the consumer's state logged

@@ -47,7 +47,7 @@ the answer equals :func:`end_offsets`).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+from collections.abc import Container, Iterable
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
@@ -56,6 +56,26 @@ from aiokafka.errors import KafkaError
 
 class EndOffsetTimeout(RuntimeError):
     """The broker did not report a high watermark in time."""
+
+
+def _time_left(
+    loop: asyncio.AbstractEventLoop,
+    deadline: float,
+    timeout: float,
+    what: str,
+    tps: list[TopicPartition],
+    found: Container[TopicPartition],
+) -> float:
+    """Seconds left before ``deadline``; :class:`EndOffsetTimeout` naming the
+    partitions not ``found`` when none are."""
+    remaining = deadline - loop.time()
+    if remaining <= 0:
+        missing = sorted(str(tp) for tp in tps if tp not in found)
+        raise EndOffsetTimeout(
+            f"no {what} for {', '.join(missing)} within {timeout}s; "
+            "is the broker reachable and the partition led by a live broker?"
+        )
+    return remaining
 
 
 async def high_watermarks(
@@ -83,13 +103,7 @@ async def high_watermarks(
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     while len(result) < len(tps):
-        remaining = deadline - loop.time()
-        if remaining <= 0:
-            missing = sorted(str(tp) for tp in tps if tp not in result)
-            raise EndOffsetTimeout(
-                f"no high watermark for {', '.join(missing)} within {timeout}s; "
-                "is the broker reachable and the partition led by a live broker?"
-            )
+        remaining = _time_left(loop, deadline, timeout, "high watermark", tps, result)
         await consumer.getmany(
             *[tp for tp in tps if tp not in result], timeout_ms=int(min(remaining, 0.5) * 1000)
         )
@@ -208,13 +222,7 @@ async def _committed_ends(
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     while len(result) < len(tps):
-        remaining = deadline - loop.time()
-        if remaining <= 0:
-            missing = sorted(str(tp) for tp in tps if tp not in result)
-            raise EndOffsetTimeout(
-                f"no committed end for {', '.join(missing)} within {timeout}s; "
-                "is the broker reachable and the partition led by a live broker?"
-            )
+        remaining = _time_left(loop, deadline, timeout, "committed end", tps, result)
         reading = [tp for tp in tps if tp not in result]
         # Short waits: a fetch of markers and aborted records only moves the
         # position, and getmany keeps waiting for records until its timeout.
