@@ -102,6 +102,9 @@ def test_a_frozen_worker_is_fenced_and_its_writes_never_show(
         fenced = [line for line in a.log().splitlines() if "fenced:" in line]
         assert fenced, f"A logged no 'fenced:' line (exit {code}); its log ends:\n{a.log()[-4000:]}"
         assert code == FENCED_EXIT, (code, fenced)
+        # no clean stop: A's next start discards its local state, which may
+        # hold the writes of the transaction that was aborted
+        assert (tmp_path / "a" / "worker.running").exists()
         publisher.join()
         report: Report = asyncio.run(
             wait_until_verified(settings, timeout=180, worker=b, isolation="read_committed")
