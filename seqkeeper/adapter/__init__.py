@@ -29,7 +29,8 @@ Each module, its job, and the tests that fail without it:
   (``tests/adapter/test_records.py``).
 - :mod:`.recovery`: recovery resumes the input only once it was sought
   (``tests/integration/test_worker.py``: rebuilt from the changelog, no
-  input lost).
+  input lost), and tells its progress per partition
+  (``tests/integration/test_restore_progress.py``).
 - :mod:`.tables`: the table manager's hooks, raw tables, RocksDB access
   (``test_overrides.py``; ``tests/state/test_rocksdb_store.py``;
   ``test_worker.py``: a clean restart replays nothing).
@@ -107,6 +108,7 @@ PRIVATE_MEMBERS: dict[str, frozenset[str]] = {
             "_is_changelog_tp",
             "_read_offset",
             "_records",
+            "_seek_offsets",
             "_set_recovery_ended",
             "_thread",
             "_wait",

@@ -1,23 +1,51 @@
 """Faust's table recovery, resuming the input only after it was sought
-(faust-streaming 0.15.3, ``Recovery.on_recovery_completed``), and the
-changelog partitions Faust stops reading paused in aiokafka too.
+(faust-streaming 0.15.3, ``Recovery.on_recovery_completed``), the
+changelog partitions Faust stops reading paused in aiokafka too, and each
+recovery's progress told to listeners (:func:`watch_restores`).
 
 Private members: ``Consumer._get_active_partitions``, ``._committed_offset``,
 ``._read_offset``, ``._thread`` (Faust); ``App._fetcher``;
-``Recovery._set_recovery_ended``, ``._wait``, ``._is_changelog_tp``;
+``Recovery._set_recovery_ended``, ``._wait``, ``._is_changelog_tp``,
+``._seek_offsets`` (extended: where a restore starts);
 ``AIOKafkaConsumer._fetcher._records`` (aiokafka 0.14).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
-from typing import Any, cast
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from time import monotonic
+from typing import Any, Protocol, cast
 
 from aiokafka import TopicPartition
 from faust.tables.recovery import Recovery
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TP
+from mode import Service
+
+log = logging.getLogger("seqkeeper.recovery")
+
+#: Where a changelog partition's restore is, by (topic, partition): (next
+#: offset to apply, end offset).
+Positions = Mapping[tuple[str, int], tuple[int, int]]
+
+
+class RestoreListener(Protocol):
+    """Hears of every recovery (:class:`seqkeeper.runtime.progress.RestoreProgress`);
+    ``now`` is ``time.monotonic()``."""
+
+    def begin(self, now: float) -> None: ...
+
+    def observe(self, now: float, positions: Positions) -> None: ...
+
+    def end(self, now: float, positions: Positions) -> None: ...
+
+
+def watch_restores(app: Any, listener: RestoreListener) -> None:
+    """``listener`` hears of every recovery of ``app``'s tables, from the
+    rebalance that starts it to its completion (:class:`SeekFirstRecovery`)."""
+    cast(SeekFirstRecovery, app.tables.recovery).listeners.append(listener)
 
 
 class PauseUnreadThread(faust_aiokafka.AIOKafkaConsumerThread):
@@ -64,13 +92,81 @@ class SeekFirstRecovery(Recovery):
     processed, and the next assignment seeks to the committed offsets again.
     The changelog partitions Faust stops reading are paused in aiokafka too
     (:meth:`_pause_unread_changelogs`).
+
+    Progress: each recovery's :meth:`positions` go to the ``listeners``
+    (:func:`watch_restores`) when a rebalance starts it, once the start
+    offsets are sought (``_seek_offsets``), every ``progress_interval``
+    seconds while it reads the changelogs, and when it completes. Faust's
+    own report (``Recovery._publish_stats``: a table of what remains, every
+    5 s once 1,000 records were applied) has no totals and one ETA for all
+    partitions; it is left as it is.
     """
+
+    #: Seconds between two looks at the positions during a recovery.
+    progress_interval = 0.5
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.listeners: list[RestoreListener] = []
+
+    def positions(self) -> dict[tuple[str, int], tuple[int, int]]:
+        """(next offset to apply, end offset) of each active changelog
+        partition whose end this recovery has read. Faust keeps the offset
+        of the last record applied (``active_offsets``: the offset persisted
+        with the local state, -1 for none) and of the last record to apply
+        (``active_highwaters``, from the end offsets: -1 for none); both
+        are one below ours."""
+        found = {}
+        for tp in self.active_tps:
+            applied = self.active_offsets.get(tp)
+            last = self.active_highwaters.get(tp)
+            if applied is not None and last is not None:
+                found[(tp.topic, tp.partition)] = (applied + 1, last + 1)
+        return found
+
+    def tell(self, news: Callable[[RestoreListener, float, Positions], None]) -> None:
+        """Each listener the ``news`` of the positions now; a failing
+        listener costs its own reports, never the recovery."""
+        now, positions = monotonic(), self.positions()
+        for listener in self.listeners:
+            try:
+                news(listener, now, positions)
+            except Exception:
+                log.exception("restore listener %r failed", listener)
+
+    async def on_rebalance(
+        self,
+        assigned: set[TP],
+        revoked: set[TP],
+        newly_assigned: set[TP],
+        generation_id: int = 0,
+    ) -> None:
+        await super().on_rebalance(assigned, revoked, newly_assigned, generation_id)
+        if generation_id == self.app.consumer_generation_id:  # (else Faust ignored it)
+            self.tell(lambda listener, now, positions: listener.begin(now))
+
+    async def _seek_offsets(self, consumer: Any, tps: set[TP], offsets: Any, title: str) -> None:
+        # Where the active partitions' restore starts is known here: their
+        # ends and start offsets are built, nothing is read yet (a restore
+        # may end before the first look of report_progress).
+        await super()._seek_offsets(consumer, tps, offsets, title)
+        if title == "active":
+            self.tell(lambda listener, now, positions: listener.observe(now, positions))
+
+    @Service.task
+    async def report_progress(self) -> None:
+        """The positions, every ``progress_interval`` s of a recovery."""
+        while not self.should_stop:
+            await self.sleep(self.progress_interval)
+            if self.in_recovery and self.listeners:
+                self.tell(lambda listener, now, positions: listener.observe(now, positions))
 
     async def on_recovery_completed(self, generation_id: int = 0) -> None:
         consumer = self.app.consumer
         self.log.info("Restore complete!")
         await self.app.on_rebalance_complete.send()
         self._set_recovery_ended()
+        self.tell(lambda listener, now, positions: listener.end(now, positions))
         callback_coros = [
             asyncio.ensure_future(
                 table.on_recovery_completed(

@@ -25,9 +25,11 @@ from seqkeeper.adapter.batches import ack_batch, batch_source, current, read_off
 from seqkeeper.adapter.commit import committed
 from seqkeeper.adapter.diagnostics import install_diagnostics
 from seqkeeper.adapter.producer import PRODUCER_BATCH_BYTES
+from seqkeeper.adapter.recovery import watch_restores
 from seqkeeper.adapter.routing import own_url, owners
 from seqkeeper.adapter.tables import RocksTable, raw_table
 from seqkeeper.adapter.transactions import TransactionalProducers
+from seqkeeper.runtime.progress import RestoreCollector, RestoreProgress, liveness, readiness
 from seqkeeper.runtime.protocol import Query, Topology, Wiring
 from seqkeeper.runtime.queries import Placement, answer
 from seqkeeper.runtime.task import Task, TaskState
@@ -87,8 +89,14 @@ def owned_partitions(app: Any, topic: str) -> list[Any]:
     return [tp for tp in app.assignor.assigned_actives() if tp.topic == topic]
 
 
-def install_metrics(app: Any, registry: CollectorRegistry | None) -> None:
-    """``GET /metrics`` in the Prometheus text format."""
+def install_metrics(
+    app: Any, registry: CollectorRegistry | None, progress: RestoreProgress | None = None
+) -> None:
+    """``GET /metrics`` in the Prometheus text format: ``registry`` (the
+    topology's) and the restore ``progress`` (its gauge)."""
+    if progress is not None:
+        registry = registry if registry is not None else CollectorRegistry()
+        registry.register(RestoreCollector(progress))
     if registry is None:
         return
 
@@ -98,6 +106,27 @@ def install_metrics(app: Any, registry: CollectorRegistry | None) -> None:
             generate_latest(registry),
             content_type=CONTENT_TYPE_LATEST.split(";")[0] + "; version=0.0.4",
         )
+
+
+def install_health(app: Any, task: Task, progress: RestoreProgress) -> None:
+    """``GET /health`` (liveness: 200 while the worker is not stopping,
+    restoring or not) and ``GET /ready`` (readiness: 200 once the task runs
+    on restored state and no rebalance is under way; 503 with why and what
+    is left to restore). Faust's web server answers from the worker's start,
+    during recoveries too."""
+
+    def stopping() -> bool:
+        return bool(app.should_stop)
+
+    @app.page("/health")  # type: ignore[untyped-decorator]
+    async def health(web: Any, request: Any) -> Any:
+        got = liveness(task.state, stopping())
+        return web.json(got.body, status=got.status)
+
+    @app.page("/ready")  # type: ignore[untyped-decorator]
+    async def ready(web: Any, request: Any) -> Any:
+        got = readiness(task.state, bool(app.rebalancing), stopping(), progress.remaining())
+        return web.json(got.body, status=got.status)
 
 
 def install_queries(
@@ -220,7 +249,10 @@ def build_app(
     app.before_tables_close.append(suspend)
     app.task(task.run)
     install_diagnostics(app, task.probe, lambda: wiring.probe(topology))
-    install_metrics(app, wiring.registry(topology))
+    progress = RestoreProgress(say=logging.getLogger("seqkeeper.recovery").info)
+    watch_restores(app, progress)
+    install_metrics(app, wiring.registry(topology), progress)
+    install_health(app, task, progress)
     install_queries(app, wiring, topology, task, partitions)
 
     def owned() -> list[Any]:
