@@ -163,6 +163,21 @@ class SeekFirstRecovery(Recovery):
 
     async def on_recovery_completed(self, generation_id: int = 0) -> None:
         consumer = self.app.consumer
+        if self.app.consumer_generation_id != generation_id or self.signal_recovery_start.is_set():
+            # A rebalance overtook this recovery. Faust calls this through
+            # ``_wait``, which gives up on it (RebalanceAgain) and cancels it,
+            # but only after it started, and Faust's own version runs the
+            # tables' recovery callbacks before its generation check: the
+            # task would run on state half restored (the revoked partitions'
+            # highwaters are dropped, so the wait for the end returns at
+            # once), then the next recovery ends again. Nothing is done here;
+            # the recovery of the new assignment completes.
+            self.log.warning(
+                "Recovery of generation %s overtaken by generation %s: not completed",
+                generation_id,
+                self.app.consumer_generation_id,
+            )
+            return
         self.log.info("Restore complete!")
         await self.app.on_rebalance_complete.send()
         self._set_recovery_ended()
@@ -178,7 +193,7 @@ class SeekFirstRecovery(Recovery):
         if callback_coros:
             await asyncio.wait(callback_coros)
         assignment = consumer.assignment()
-        if self.app.consumer_generation_id != generation_id:
+        if self.app.consumer_generation_id != generation_id:  # (during the callbacks)
             self.log.warning(
                 "Recovery rebalancing again app id %s param %s",
                 self.app.consumer_generation_id,
