@@ -5,24 +5,17 @@ committed input offsets, counts input records. Never a speed threshold."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 
 import pytest
 
-from seqkeeper.bench.harness import GUARANTEE_COMMIT_INTERVAL, Bench, Sizes, run, workload
+from seqkeeper.bench.harness import GUARANTEE_COMMIT_INTERVAL, Bench, run, workload
 from seqkeeper.runtime.guarantee import has_transactions
+from tests.bench.test_harness import TINY as HARNESS_TINY
 
 pytestmark = pytest.mark.integration
 
-TINY = Sizes(
-    messages=300,
-    keys=20,
-    partitions=2,
-    deep_buffer=40,
-    state_keys=100,
-    spark_records=500,
-    latency_seconds=1.0,
-    rounds=1,
-)
+TINY = dataclasses.replace(HARNESS_TINY, rounds=1)
 
 
 def test_guarantee_section(broker, tmp_path) -> None:
