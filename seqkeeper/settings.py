@@ -259,8 +259,9 @@ class RuntimeSettings:
     commit_interval: float = var(
         "SEQKEEPER_COMMIT_INTERVAL",
         "1.0",
-        "Time between input offset commits. After a crash, the input since the last "
-        "commit is processed again and its outputs re-emitted, identical.",
+        "Time between input offset commits (at_least_once: after a crash, the input since "
+        "the last commit is processed again and its outputs re-emitted, identical; "
+        "exactly_once commits with every cycle).",
         seconds,
         "s",
     )
