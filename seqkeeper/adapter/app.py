@@ -48,9 +48,5 @@ class App(faust.App):
         #: Record batches through Faust's own aiokafka producer.
         self.batch_producer = BatchProducer(lambda: cast(Any, self.producer)._ensure_producer())
 
-    @property
-    def read_committed(self) -> bool:
-        return self.exactly_once
-
     def _new_transport(self) -> TransportT:
         return Transport(self.conf.broker_consumer, self)

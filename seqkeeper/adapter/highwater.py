@@ -12,7 +12,7 @@ answers with the fetch high watermark, which is exact on the embedded broker
 and equal to ``end_offsets()`` on Apache Kafka: correct on both, and no
 change on Kafka.
 
-seqkeeper's exactly-once (the app's ``read_committed``, issue 35) writes
+seqkeeper's exactly-once (the app's ``exactly_once``, issue 35) writes
 every changelog record in a transaction, so a changelog partition ends with
 a commit or abort marker, and aborted records may precede it. Neither is
 ever delivered, so recovery, which waits for the last record applied to
@@ -53,9 +53,9 @@ class HighwaterThread(faust_aiokafka.AIOKafkaConsumerThread):
         auth = faust_aiokafka.credentials_to_aiokafka_auth(
             conf.broker_credentials, conf.ssl_context
         )
-        # Exactly-once: the changelog ends with a marker; read_committed is
-        # set by seqkeeper's App (seqkeeper.adapter.app) in that mode only.
-        exactly_once = getattr(self.app, "read_committed", False)
+        # Exactly-once (seqkeeper's App, seqkeeper.adapter.app): the
+        # changelog ends with a marker.
+        exactly_once = getattr(self.app, "exactly_once", False)
         ends = await (committed_ends if exactly_once else end_offsets)(
             faust_aiokafka.server_list(transport.url, transport.default_port),
             [TopicPartition(tp.topic, tp.partition) for tp in partitions],

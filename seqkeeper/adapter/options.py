@@ -36,7 +36,7 @@ class OptionsThread(faust_aiokafka.AIOKafkaConsumerThread):
         # Exactly-once: neither aborted writes (a fenced or killed worker's)
         # nor open transactions are read, from the changelogs as from the
         # input. Faust reads committed only when its own transactions run.
-        if getattr(self.app, "read_committed", False):
+        if getattr(self.app, "exactly_once", False):
             consumer._isolation_level = "read_committed"
         # Batch sources get the fetched records without a ConsumerRecord
         # each (:mod:`seqkeeper.adapter.records`); Faust builds the consumer without a key

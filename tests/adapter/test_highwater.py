@@ -1,6 +1,6 @@
 """adapter.highwater picks the partition ends Faust's recovery gets: exact
 ends, or committed ends when the app runs exactly-once (its
-``read_committed``). The functions themselves need a broker:
+``exactly_once``). The functions themselves need a broker:
 tests/integration/test_committed_ends.py, test_broker_deviations.py."""
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from seqkeeper.runtime.app import make_app
 from seqkeeper.settings import Settings
 
 
-@pytest.mark.parametrize("read_committed", [False, True])
+@pytest.mark.parametrize("exactly_once", [False, True])
 def test_recovery_ends_are_committed_ends_in_exactly_once(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, read_committed: bool
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, exactly_once: bool
 ) -> None:
     called: list[str] = []
 
@@ -36,11 +36,10 @@ def test_recovery_ends_are_committed_ends_in_exactly_once(
 
     async def main() -> Any:
         app: Any = make_app(Settings.of(bootstrap="127.0.0.1:1", data_dir=tmp_path, web_port=6066))
-        # On the class: the App may define it as a property of its mode.
-        monkeypatch.setattr(type(app), "read_committed", read_committed, raising=False)
+        app.exactly_once = exactly_once
         thread = app.consumer._thread
         assert isinstance(thread, highwater.HighwaterThread)
         return await thread._highwaters([TP("t-changelog", 0)])
 
     assert asyncio.run(main()) == {TP("t-changelog", 0): 7}
-    assert called == ["committed_ends" if read_committed else "end_offsets"]
+    assert called == ["committed_ends" if exactly_once else "end_offsets"]
