@@ -233,14 +233,14 @@ class Task:
                     waiter.set_result(None)
             self.waiters.clear()
             before = stages[-1] if stages else None
+            work: Awaitable[None]
             if self.transactions is not None:
-                stage = asyncio.ensure_future(self._transact(batch, writes, positions, before))
-                stage.add_done_callback(self._wake_on_failure)
-                stages.append(stage)
-                return stage
-            # 3. flush: the state is durable before any of its outputs
-            await self.store.flush(writes)
-            stage = asyncio.ensure_future(self._produce(batch, before))
+                work = self._transact(batch, writes, positions, before)
+            else:
+                # 3. flush: the state is durable before any of its outputs
+                await self.store.flush(writes)
+                work = self._produce(batch, before)
+            stage = asyncio.ensure_future(work)
             stage.add_done_callback(self._wake_on_failure)
             stages.append(stage)
             return stage
