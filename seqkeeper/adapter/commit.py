@@ -39,28 +39,32 @@ class CommitHookConsumer(faust_aiokafka.Consumer):
         # fall far behind their interval, and a crash replays far more than
         # needed. The hooks already waited for exactly the writes of
         # everything below ``offsets``; the rest is Faust's own.
-        assignment = self.assignment()
-        committable = {tp: offset for tp, offset in offsets.items() if tp in assignment}
+        committable = self.assigned(offsets)
         if not committable:
             return False
         did_commit = bool(await self._commit(committable))
-        if did_commit:
-            self.app.tables.on_commit(committable)
-        self._committed_offset.update(committable)
-        self.app.monitor.on_tp_commit(committable)
+        self.learn(committable, did_commit)
         return did_commit
+
+    def assigned(self, offsets: Mapping[TP, int]) -> dict[TP, int]:
+        """``offsets`` of the partitions this consumer is assigned."""
+        assignment = self.assignment()
+        return {tp: offset for tp, offset in offsets.items() if tp in assignment}
+
+    def learn(self, committed: dict[TP, int], did_commit: bool = True) -> None:
+        """Faust's bookkeeping of a commit of ``committed``, as its own
+        commit does it."""
+        if did_commit:
+            self.app.tables.on_commit(committed)
+        self._committed_offset.update(committed)
+        self.app.monitor.on_tp_commit(committed)
 
 
 def committed(app: Any, topic: str, positions: Mapping[int, int]) -> None:
     """Exactly-once: a transaction committed ``topic``'s input ``positions``
     (partition -> next offset); Faust's bookkeeping learns it as it would
     from its own commit."""
-    tps = {TP(topic, partition): offset for partition, offset in positions.items()}
-    consumer = app.consumer
-    assignment = consumer.assignment()
-    mine = {tp: offset for tp, offset in tps.items() if tp in assignment}
-    if not mine:
-        return
-    app.tables.on_commit(mine)
-    consumer._committed_offset.update(mine)
-    app.monitor.on_tp_commit(mine)
+    consumer: CommitHookConsumer = app.consumer
+    mine = consumer.assigned({TP(topic, p): offset for p, offset in positions.items()})
+    if mine:
+        consumer.learn(mine)
