@@ -756,7 +756,7 @@ class Chaos:
             )
             a.proc.send_signal(signal.SIGCONT)
             self.say("  worker b owns every partition; worker a resumed")
-            for problem in _zombie_problems(a, 60.0):
+            for problem in zombie_problems(a, 60.0):
                 out.fail(problem)
             publisher.join()
             report = self.verified(s, self.drain_timeout(work.messages), work.messages, b)
@@ -775,10 +775,13 @@ class Chaos:
 # -- helpers ------------------------------------------------------------------
 
 
-def _zombie_problems(worker: WorkerProcess, timeout: float) -> list[str]:
+def zombie_problems(worker: WorkerProcess, timeout: float) -> list[str]:
     """What is wrong with a resumed zombie ``worker`` once its partitions
-    have a new owner: it must log ``fenced:`` and exit non-zero within
-    ``timeout`` seconds (none: it is fenced and gone)."""
+    have a new owner: it must log ``fenced:`` and exit with a fenced
+    worker's code (``FENCED_EXIT``) within ``timeout`` seconds (none: it is
+    fenced and gone)."""
+    from seqkeeper.runtime.app import FENCED_EXIT
+
     assert worker.proc is not None
     try:
         code: int | None = worker.proc.wait(timeout)
@@ -787,16 +790,19 @@ def _zombie_problems(worker: WorkerProcess, timeout: float) -> list[str]:
     log = worker.log()
     fenced = [line for line in log.splitlines() if "fenced:" in line]
     problems = []
+    if not fenced:
+        problems.append(f"the zombie logged no 'fenced:' line; log: {worker.log_path}")
     if code is None:
         problems.append(
             f"the zombie was still running {timeout:g} s after it was resumed"
             + (" (it logged 'fenced:')" if fenced else "")
             + f"; log: {worker.log_path}"
         )
-    elif code == 0:
-        problems.append(f"the zombie exited with 0, not as a fenced worker; log: {worker.log_path}")
-    if not fenced:
-        problems.append(f"the zombie logged no 'fenced:' line; log: {worker.log_path}")
+    elif code != FENCED_EXIT:
+        problems.append(
+            f"the zombie exited with {code}, not as a fenced worker ({FENCED_EXIT}); "
+            f"log: {worker.log_path}"
+        )
     return problems
 
 

@@ -30,10 +30,10 @@ from seqkeeper.verification.chaos import (
     BrokerRun,
     Chaos,
     Outcome,
-    _zombie_problems,
     markdown,
     table,
     write_report,
+    zombie_problems,
 )
 from seqkeeper.verification.verify import Check, Report
 from seqkeeper.worker import WorkerProcess
@@ -291,7 +291,7 @@ def zombie(tmp_path: Path, script: str) -> WorkerProcess:
 
 def test_a_fenced_zombie_that_exits_is_no_problem(tmp_path: Path) -> None:
     w = zombie(tmp_path, "print('[ERROR] fenced: input partition p/0 ...'); raise SystemExit(3)")
-    assert _zombie_problems(w, 30) == []
+    assert zombie_problems(w, 30) == []
 
 
 @pytest.mark.parametrize(
@@ -307,7 +307,7 @@ def test_a_zombie_that_goes_on_or_is_not_fenced_is_a_problem(
 ) -> None:
     w = zombie(tmp_path, script)
     try:
-        problems = _zombie_problems(w, 3)
+        problems = zombie_problems(w, 3)
     finally:
         w.kill()
     assert problems and says in problems[0], problems
