@@ -31,9 +31,11 @@ Each module, its job, and the tests that fail without it:
   (``tests/integration/test_worker.py``: rebuilt from the changelog, no
   input lost), and tells its progress per partition
   (``tests/integration/test_restore_progress.py``).
-- :mod:`.tables`: the table manager's hooks, raw tables, RocksDB access
-  (``test_overrides.py``; ``tests/state/test_rocksdb_store.py``;
-  ``test_worker.py``: a clean restart replays nothing).
+- :mod:`.tables`: the table manager's hooks, raw tables, RocksDB access,
+  what each changelog partition replayed (``test_overrides.py``;
+  ``tests/state/test_rocksdb_store.py``; ``tests/adapter/test_replays.py``;
+  ``test_worker.py``: a clean restart replays nothing;
+  ``test_restore_progress.py``: per partition, what local state lacked).
 - :mod:`.producer`: ordered records produced as whole record batches
   (``tests/adapter/test_producer.py``).
 - :mod:`.transactions`: a transactional producer per owned input partition,

@@ -45,6 +45,11 @@ class App(faust.App):
         self.fetch_max_wait_ms: int | None = None
         #: Topics consumed as fetched batches: topic name -> channel.
         self.batch_sources: dict[str, Any] = {}
+        #: Changelog records applied to the tables' local state since the
+        #: worker started, by the role of their partition: ``active`` (a
+        #: restore) or ``standby`` (a standby replica kept up to date); see
+        #: :class:`~seqkeeper.adapter.tables.ReplayCounter`.
+        self.changelog_replayed: dict[str, int] = {"active": 0, "standby": 0}
         #: Record batches through Faust's own aiokafka producer.
         self.batch_producer = BatchProducer(lambda: cast(Any, self.producer)._ensure_producer())
 

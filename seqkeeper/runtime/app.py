@@ -29,7 +29,13 @@ from seqkeeper.adapter.recovery import watch_restores
 from seqkeeper.adapter.routing import own_url, owners
 from seqkeeper.adapter.tables import RocksTable, raw_table
 from seqkeeper.adapter.transactions import TransactionalProducers
-from seqkeeper.runtime.progress import RestoreCollector, RestoreProgress, liveness, readiness
+from seqkeeper.runtime.progress import (
+    ReplayCollector,
+    RestoreCollector,
+    RestoreProgress,
+    liveness,
+    readiness,
+)
 from seqkeeper.runtime.protocol import Query, Topology, Wiring
 from seqkeeper.runtime.queries import Placement, answer
 from seqkeeper.runtime.task import Task, TaskState
@@ -93,12 +99,12 @@ def install_metrics(
     app: Any, registry: CollectorRegistry | None, progress: RestoreProgress | None = None
 ) -> None:
     """``GET /metrics`` in the Prometheus text format: ``registry`` (the
-    topology's) and the restore ``progress`` (its gauge)."""
+    topology's), the restore ``progress`` (its gauge) and the changelog
+    records the app's tables replayed (its counter)."""
+    registry = registry if registry is not None else CollectorRegistry()
     if progress is not None:
-        registry = registry if registry is not None else CollectorRegistry()
         registry.register(RestoreCollector(progress))
-    if registry is None:
-        return
+    registry.register(ReplayCollector(app.changelog_replayed))
 
     @app.page("/metrics")  # type: ignore[untyped-decorator]
     async def metrics(web: Any, request: Any) -> Any:

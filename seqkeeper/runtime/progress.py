@@ -7,7 +7,9 @@ lines go are arguments (``tests/runtime/test_progress.py``). The adapter
 (:class:`seqkeeper.adapter.recovery.SeekFirstRecovery`) hands every
 recovery's positions to a :class:`RestoreProgress`; the runtime serves what
 it knows (:mod:`seqkeeper.runtime.app`: ``/ready`` and the
-``seqkeeper_restore_remaining_records`` gauge).
+``seqkeeper_restore_remaining_records`` gauge), and the records replayed
+(``seqkeeper_changelog_replayed_total``, counted by
+:class:`seqkeeper.adapter.tables.ReplayCounter`).
 
 Positions are offsets: ``(next offset to apply, end offset)``. Counted in
 offsets, a total includes what a log holds besides records (transaction
@@ -23,7 +25,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from seqkeeper.runtime.task import TaskState
@@ -186,6 +188,33 @@ class RestoreCollector(Collector):
             "seqkeeper_restore_remaining_records",
             "Changelog records (offsets) a restore has still to replay; 0 once restored",
             labels=["topic", "partition"],
+        )
+
+
+class ReplayCollector(Collector):
+    """``seqkeeper_changelog_replayed_total{role}``: changelog records
+    applied to local state since the worker started, by the role of their
+    partition (``active``: restores; ``standby``: standby replicas kept up
+    to date), read from ``totals`` at each scrape."""
+
+    def __init__(self, totals: Mapping[str, int]) -> None:
+        self.totals = totals
+
+    def describe(self) -> Iterator[Any]:
+        yield self.counter()
+
+    def collect(self) -> Iterator[Any]:
+        counter = self.counter()
+        for role, records in sorted(self.totals.items()):
+            counter.add_metric([role], records)
+        yield counter
+
+    @staticmethod
+    def counter() -> CounterMetricFamily:
+        return CounterMetricFamily(
+            "seqkeeper_changelog_replayed",
+            "Changelog records applied to local state (restores and standby replicas)",
+            labels=["role"],
         )
 
 

@@ -2,25 +2,31 @@
 worker says per partition how far it is (log lines with totals and an ETA,
 the ``seqkeeper_restore_remaining_records`` gauge), ``/ready`` answers 503
 while it restores and 200 once it runs, and ``/health`` answers 200
-throughout."""
+throughout. Once restored, it says per partition what it replayed (issue
+36, increment 1: ``table state: partition 0 (active) replayed ...``): what
+its local state lacked of the changelog, counted in records and offsets
+read from the broker, never in seconds."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import re
+import shutil
 import time
 import urllib.error
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from seqkeeper.adapter.offsets import as_topic_partitions, committed_ends
 from seqkeeper.broker import free_port
 from seqkeeper.demo import publish, wait_until_verified
 from seqkeeper.settings import Settings
-from seqkeeper.topics import create_topics
+from seqkeeper.topics import create_topics, read_topic
 from seqkeeper.verification.workload import generate
 from seqkeeper.worker import WorkerProcess
 
@@ -34,6 +40,78 @@ RESTORED = re.compile(r"restored (\S+)/(\d+): ([\d,]+) records in ([\d.]+) s")
 GAUGE = re.compile(
     r'^seqkeeper_restore_remaining_records\{partition="(\d+)",topic="([^"]+)"\} (\S+)$', re.M
 )
+
+REPLAYED = re.compile(
+    r"table state: partition (\d+) \((active|standby)\) replayed ([\d,]+) changelog records, "
+    r"(?:offsets ([\d,]+) → ([\d,]+)|local state up to offset ([\d,]+)|no local state)"
+)
+
+
+@dataclass
+class Replayed:
+    """What a worker's log says one changelog partition replayed, over all
+    its recoveries (a restart after a kill may have two: the dead member
+    holds partitions until its session expires)."""
+
+    count: int = 0
+    first: int | None = None  #: the first offset applied
+    last: int | None = None  #: the last offset applied
+    local: int | None = None  #: where its local state ended, said when it replayed nothing
+
+
+def replayed(log: str) -> dict[int, Replayed]:
+    """Per active changelog partition, what ``log`` says it replayed."""
+    found: dict[int, Replayed] = {}
+    for partition, role, count, first, last, local in REPLAYED.findall(log):
+        assert role == "active", log[-3000:]  # (no standby replicas here)
+        r = found.setdefault(int(partition), Replayed())
+        if number(count):
+            r.first = r.first if r.count else number(first)
+            r.last = number(last)
+            r.count += number(count)
+        else:
+            r.local = number(local) if local else None
+    return found
+
+
+def guarantee(log: str) -> str:
+    """The worker's processing guarantee (``auto`` is exactly_once on
+    Apache Kafka, at_least_once on the embedded broker)."""
+    said = re.findall(r"processing guarantee: (\w+)", log)
+    assert said, log[-3000:]
+    return said[-1]
+
+
+def changelog_of(settings: Settings, mode: str) -> tuple[dict[int, list[int]], dict[int, int]]:
+    """The state changelog as the worker's recovery reads it (read_committed
+    under exactly_once): the offsets of its records per partition, and each
+    partition's end (1 + the offset of its last record, 0 for none; a
+    transaction's marker after it is no record)."""
+    topic = f"{settings.group_id}-state-changelog"
+    isolation = "read_committed" if mode == "exactly_once" else "read_uncommitted"
+    bootstrap = settings.broker.bootstrap
+    offsets: dict[int, list[int]] = {p: [] for p in range(settings.broker.partitions)}
+    for record in asyncio.run(read_topic(bootstrap, topic, isolation=isolation)):
+        offsets[record.partition].append(record.offset)
+    tps = as_topic_partitions(topic, settings.broker.partitions)
+    ends = asyncio.run(committed_ends(bootstrap, tps))
+    return offsets, {tp.partition: end for tp, end in ends.items()}
+
+
+def check_rebuilt(log: str, mode: str, offsets: dict[int, list[int]], ends: dict[int, int]) -> None:
+    """Without local state (local offset -1), every partition replayed every
+    record of its changelog partition: ``end - (-1 + 1)`` of them when the
+    log holds nothing else (at_least_once; exactly_once's transaction
+    markers take offsets too)."""
+    replays = replayed(log)
+    assert set(replays) == set(offsets), log[-3000:]
+    for p, r in replays.items():
+        assert offsets[p], offsets  # (the workload fills every partition)
+        every = (len(offsets[p]), offsets[p][0], offsets[p][-1])
+        assert (r.count, r.first, r.last) == every, (p, r)
+        assert r.last == ends[p] - 1, (p, r, ends)
+        if mode != "exactly_once":
+            assert r.count == ends[p] - (-1 + 1), (p, r, ends)
 
 
 def get(url: str) -> tuple[int, Any]:
@@ -76,6 +154,8 @@ def test_a_rebuild_from_the_changelog_shows_its_progress(make_settings, tmp_path
         assert report.ok, [(c.name, c.count, c.detail) for c in report.failures()]
     finally:
         first.kill()  # unclean: the next start discards the local state
+    mode = guarantee(first.log())
+    offsets, ends = changelog_of(settings, mode)
 
     second = WorkerProcess(settings, tmp_path / "w2.log").start()
     ready: list[tuple[int, Any]] = []
@@ -127,3 +207,58 @@ def test_a_rebuild_from_the_changelog_shows_its_progress(make_settings, tmp_path
     # restored.
     assert any(v > 0 for g in gauges for k, v in g.items() if k[0] == changelog), gauges
     assert gauge_of(metrics) == {(changelog, 0): 0.0, (changelog, 1): 0.0}, metrics
+
+    # Once restored, per partition: the whole changelog partition replayed,
+    # and the counter of replayed records says as much.
+    check_rebuilt(log, mode, offsets, ends)
+    total = sum(len(o) for o in offsets.values())
+    assert f'seqkeeper_changelog_replayed_total{{role="active"}} {total}.0' in metrics, metrics
+    assert 'seqkeeper_changelog_replayed_total{role="standby"} 0.0' in metrics, metrics
+
+
+def test_a_restart_replays_what_its_local_state_lacks(make_settings, tmp_path: Path) -> None:
+    """Per partition, replayed == end - (local offset + 1): 0 after a clean
+    stop, every record once the data directory is gone."""
+    settings: Settings = make_settings()
+    asyncio.run(create_topics(settings.broker.bootstrap, settings.topics(), 2))
+    partitions = set(range(settings.broker.partitions))
+    workload = generate(messages=2_000, keys=200, malformed=0, seed=361)
+    asyncio.run(publish(settings.broker.bootstrap, settings.ordered.input_topic, workload.records))
+
+    def run(name: str) -> str:
+        """A worker started and stopped once restored; its log."""
+        worker = WorkerProcess(settings, tmp_path / f"{name}.log").start()
+        try:
+            worker.wait_ready(timeout=180)
+        finally:
+            code = worker.stop()
+        assert code == 0, worker.log()[-3000:]
+        return worker.log()
+
+    # A first start: no local state, an empty changelog.
+    first = WorkerProcess(settings, tmp_path / "w1.log").start()
+    try:
+        report = asyncio.run(wait_until_verified(settings, timeout=180, worker=first))
+        assert report.ok, [(c.name, c.count, c.detail) for c in report.failures()]
+    finally:
+        code = first.stop()
+    assert code == 0, first.log()[-3000:]
+    replays = replayed(first.log())
+    assert set(replays) == partitions, first.log()[-3000:]
+    assert all(r == Replayed() for r in replays.values()), replays  # 0, no local state
+    mode = guarantee(first.log())
+
+    # A clean restart: the local state ends where the changelog does.
+    offsets, ends = changelog_of(settings, mode)
+    log = run("w2")
+    replays = replayed(log)
+    assert set(replays) == partitions, log[-3000:]
+    for p, r in replays.items():
+        assert ends[p] > 0 and r.local is not None, (p, r, ends)
+        assert r.count == ends[p] - (r.local + 1) == 0, (p, r, ends)
+    assert "table state: replayed 0 changelog records (0 active, 0 standby)" in log
+
+    # The data directory gone: every record of every partition.
+    shutil.rmtree(settings.runtime.data_dir)
+    offsets, ends = changelog_of(settings, mode)
+    check_rebuilt(run("w3"), mode, offsets, ends)

@@ -1,5 +1,6 @@
-"""The worker's app serves /health, /ready and the restore gauge, fed by its
-table recovery (seqkeeper.adapter.recovery: Faust's offsets as positions);
+"""The worker's app serves /health, /ready, the restore gauge and the
+replayed records, fed by its table recovery (seqkeeper.adapter.recovery:
+Faust's offsets as positions; seqkeeper.adapter.tables: its changelog events);
 no broker is needed: the app is built, never started, and its pages are
 called directly. The same through a real restore:
 tests/integration/test_restore_progress.py."""
@@ -9,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from faust.types import TP
@@ -95,5 +97,30 @@ def test_a_failing_listener_costs_its_reports_not_the_recovery(tmp_path: Path) -
         recovery.listeners.append(Listener())
         recovery.tell(lambda listener, now, positions: listener.begin(now))
         assert len(heard) == 1
+
+    asyncio.run(main())
+
+
+def test_replayed_changelog_records_are_counted_by_role(tmp_path: Path) -> None:
+    async def main() -> None:
+        app, _ = built(tmp_path)
+        recovery = app.tables.recovery
+        table = app.tables["state"]
+        changelog = f"{app.conf.id}-state-changelog"
+        tp0, tp1 = TP(changelog, 0), TP(changelog, 1)
+        counter = "seqkeeper_changelog_replayed_total"
+        metrics = (await page(app, "/metrics"))[1]
+        assert f'{counter}{{role="active"}} 0.0' in metrics
+        assert f'{counter}{{role="standby"}} 0.0' in metrics
+
+        recovery.active_tps.add(tp0)
+        recovery.standby_tps.add(tp1)
+        for tp, offset in [(tp0, 0), (tp0, 1), (tp1, 0)]:
+            await table.on_changelog_event(
+                SimpleNamespace(message=SimpleNamespace(tp=tp, offset=offset))
+            )
+        metrics = (await page(app, "/metrics"))[1]
+        assert f'{counter}{{role="active"}} 2.0' in metrics
+        assert f'{counter}{{role="standby"}} 1.0' in metrics
 
     asyncio.run(main())
