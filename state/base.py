@@ -61,12 +61,6 @@ class LocalTable(Protocol):
         """The partition's database (``rocksdict.Rdict``), opened if needed."""
         ...
 
-    def persisted_offset(self, partition: int) -> int | None:
-        """The changelog offset the local database holds everything up to."""
-        ...
-
-    def set_persisted_offset(self, partition: int, offset: int) -> None: ...
-
 
 class PartitionStore(Protocol):
     name: str

@@ -1,39 +1,49 @@
 """A :class:`~state.base.PartitionStore` over a Faust table on RocksDB.
 
-Reads and writes go straight to the partition's RocksDB database (rocksdict,
-raw mode). Every write is also queued, in order, for the table's changelog
-topic (same partition); :meth:`FaustRocksStore.flush` sends the queue as
-record batches (:mod:`seqkeeper.adapter.producer`), waits for the acknowledgements, and
-records the persisted changelog offset per partition as Faust's own
-changelog path does, so Faust's recovery (from the changelog, or from local
-RocksDB up to the persisted offset) works unchanged. Going around
-``Table.__setitem__`` and ``Table.send_changelog`` gives what Faust's table
-API does not: writes outside of an event (timers), no per-access mapping
-overhead, and no per-record publish (a future and callbacks per write).
+Every write is queued, in order, for the table's changelog topic (same
+partition) and kept in memory; :meth:`FaustRocksStore.flush` sends the queue
+as record batches (:mod:`seqkeeper.adapter.producer`) and waits for the
+acknowledgements. Going around ``Table.__setitem__`` and
+``Table.send_changelog`` gives what Faust's table API does not: writes
+outside of an event (timers), no per-access mapping overhead, and no
+per-record publish (a future and callbacks per write).
 
-The commit protocol (:mod:`seqkeeper.runtime.task`) flushes before it produces any
-output, so no output is ever on the broker before the state behind it.
+**RocksDB holds only what the changelog holds.** A write reaches the
+partition's RocksDB only once the changelog acknowledged it (under
+exactly-once: once its transaction committed), in one ``WriteBatch`` with
+the changelog offset it reflects (Faust's ``__faust\0offset__``, where
+Faust's recovery resumes). So at any crash, the local database plus the
+changelog records after its offset is exactly the changelog's state, and a
+restart replays only that tail (Kafka Streams' KIP-892 rule; Quix Streams
+writes its changelog offset in the state's batch too). Until then, writes
+are layers that every read sees, newest first:
 
-Local writes are deferred (``deferred=`` a family's prefix byte): they go
-to the changelog queue at once, to RocksDB later, sorted, in one write
-batch per partition (RocksDB inserts a batch of sorted keys more cheaply
-than single puts at random keys). Writes of most families are
-written when the outbox cycle takes the changelog records
-(:meth:`FaustRocksStore.take_writes`). Those of the ``deferred`` family (the
-reorder buffer) wait longer (:meth:`FaustRocksStore.sync`, or when
-:data:`DEFERRED_KEPT` wait): an entry put and deleted meanwhile (a message
-released and confirmed before the family's writes are due) never costs a RocksDB write, and
-while a partition's DB holds no entry of the family (checked when the DB
-opens), a lookup missing in memory needs no RocksDB read either. Reads see
-every waiting write. The persisted changelog offset (where Faust's recovery
-resumes) is only advanced while nothing of the partition waits, so the
-local state never claims more than it holds: a stop that skipped
-:meth:`~FaustRocksStore.sync` costs a longer recovery, never a lost write.
+1. the writes since the last take (the current cycle);
+2. the taken cycles whose changelog writes are in flight, newest first
+   (at most one under at-least-once, two under exactly-once:
+   :mod:`seqkeeper.runtime.task`);
+3. committed writes of the ``deferred`` family (a family's prefix byte: the
+   reorder buffer), which wait longer: an entry put and deleted meanwhile (a
+   message released and confirmed before it is due) never costs a RocksDB
+   write, and while a partition's DB holds no entry of the family (checked
+   when the DB opens), a lookup missing in memory needs no RocksDB read;
+4. RocksDB.
+
+When a cycle commits (:meth:`FaustRocksStore.committed`), each partition's
+writes of the other families go to RocksDB as one sorted batch (RocksDB
+inserts a batch of sorted keys more cheaply than single puts). The offset
+goes with them only when no committed deferred write waits; else it is held
+back, and the waiting writes go with it at the next :meth:`~FaustRocksStore.sync`,
+or once the held-back offset is :data:`CHECKPOINT_RECORDS` ahead (the bound
+on the tail a restart replays), or when :data:`DEFERRED_KEPT` wait. The
+write-ahead log stays on (not synced): without it a ``kill -9`` loses the
+memtables, and the offset with them.
 """
 
 from __future__ import annotations
 
 import itertools
+import logging
 import struct
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
@@ -43,23 +53,18 @@ from seqkeeper.state.base import Change, ChangelogSink, LocalTable, Record
 #: Where :meth:`FaustRocksStore.mark` keeps its value in a partition's
 #: RocksDB (outside every family's prefix; never changelogged).
 MARK_KEY = b"__seqkeeper\x00mark__"
+#: Faust's key for the changelog offset a partition's DB holds everything
+#: up to (``faust.stores.rocksdb.Store.offset_key``; its value the offset in
+#: decimal ASCII), written here in the same batch as the data it covers.
 FAUST_OFFSET_KEY = b"__faust\x00offset__"
+#: Written with every offset: the DB was written by this store's rule (the
+#: offset covers exactly what the DB holds), not by a version that wrote
+#: RocksDB before the changelog acknowledged it.
+FORMAT_KEY = b"__seqkeeper\x00format__"
+FORMAT = b"1"
 _OFFSET = struct.Struct(">q")
-
-
-def _no_wal() -> Any:
-    from rocksdict import WriteOptions
-
-    options = WriteOptions()
-    options.disable_wal = True  # type: ignore[method-assign,assignment]  # a property; the stub is wrong
-    return options
-
-
-#: Local writes skip RocksDB's write-ahead log, a second write of every
-#: put: the local state is a copy of the changelog. After a crash it is discarded and
-#: rebuilt anyway (seqkeeper.worker); a clean stop flushes the memtables as
-#: RocksDB closes.
-_NO_WAL = _no_wal()
+#: Keys of a partition's DB that hold no state.
+META_KEYS = frozenset({MARK_KEY, FAUST_OFFSET_KEY, FORMAT_KEY})
 
 #: A bloom filter over the whole keys in each memtable (RocksDB's filters
 #: are per SST file): most lookups are seen-id misses, and without one a
@@ -70,17 +75,32 @@ MEMTABLE_BLOOM = {
     "memtable_whole_key_filtering": "true",
 }
 
-#: Writes of the deferred family kept in memory at most (then the oldest
-#: half is written). A buffer entry waits for its gap and then for its
-#: confirmation, so the cap is set above what waits at once under load: a
-#: lower one writes most buffer entries to RocksDB only to delete them there
-#: again. Each waiting entry costs a dict entry beyond its message (whose
-#: bytes the outbox and ``Stores`` share).
+#: Committed writes of the deferred family kept in memory at most (then the
+#: oldest half is written). A buffer entry waits for its gap and then for
+#: its confirmation, so the cap is set above what waits at once under load:
+#: a lower one writes most buffer entries to RocksDB only to delete them
+#: there again. Each waiting entry costs a dict entry beyond its message
+#: (whose bytes the outbox and ``Stores`` share).
 DEFERRED_KEPT = 200_000
 #: Keys of the deferred family known to be in a partition's DB at most
 #: (beyond, lookups that miss in memory read RocksDB).
 IN_DB_KNOWN = 200_000
+#: Changelog records a partition's DB offset may trail its acknowledged
+#: offset by while deferred writes wait (then they are written with it): a
+#: restart replays at most this many records per partition beyond the
+#: cycles in flight (Kafka Streams checkpoints after 10,000 under
+#: at-least-once). Writing sooner writes more buffer entries that a
+#: confirmation would have deleted in memory.
+CHECKPOINT_RECORDS = 20_000
 _ABSENT = object()
+log = logging.getLogger("seqkeeper.state")
+
+Layer = dict[bytes, bytes | None]
+
+
+def encode_offset(offset: int) -> bytes:
+    """The value of :data:`FAUST_OFFSET_KEY`, as Faust writes and reads it."""
+    return str(offset).encode()
 
 
 class Writes:
@@ -100,9 +120,24 @@ class Writes:
         return zip(self.keys, self.values, itertools.repeat(()))
 
 
+class Cycle(dict[int, Writes]):
+    """What one take took: its changelog records per partition (the dict),
+    and its local writes, which wait in memory until the cycle is committed
+    (:meth:`FaustRocksStore.committed`): ``local`` of the other families,
+    ``fresh`` of the deferred one, per partition."""
+
+    __slots__ = ("local", "fresh")
+
+    def __init__(self, queued: dict[int, Writes], local: dict[int, Layer], fresh: dict[int, Layer]):
+        super().__init__(queued)
+        self.local = local
+        self.fresh = fresh
+
+
 class FaustRocksStore:
-    """``deferred``: the key prefix (one byte) whose local writes wait in
-    memory (see the module docstring); ``None``: every write goes through."""
+    """``deferred``: the key prefix (one byte) whose committed local writes
+    wait longer (see the module docstring); ``keep``: how many of those at
+    most; ``checkpoint``: see :data:`CHECKPOINT_RECORDS`."""
 
     def __init__(
         self,
@@ -110,42 +145,154 @@ class FaustRocksStore:
         producer: ChangelogSink,
         deferred: bytes | None = None,
         keep: int = DEFERRED_KEPT,
+        checkpoint: int = CHECKPOINT_RECORDS,
     ) -> None:
         self.table = table
         self.name: str = table.name
         self.producer = producer
         self.keep = keep
+        self.checkpoint = checkpoint
         self._family = -1 if deferred is None else deferred[0]
-        self._waiting: dict[int, dict[bytes, bytes | None]] = {}  # the family's writes
-        self._local: dict[int, dict[bytes, bytes | None]] = {}  # the others' writes
+        # the current cycle: its changelog records and local writes
+        self._queued: dict[int, Writes] = {}
+        self._local: dict[int, Layer] = {}  # the other families
+        self._fresh: dict[int, Layer] = {}  # the deferred family
+        #: cycles taken and not committed yet, in take order
+        self._flight: list[Cycle] = []
+        self._waiting: dict[int, Layer] = {}  # committed writes of the family
         self._waiting_count = 0
         #: per partition, the deferred family's keys in its DB, where known
         #: (the DB had none when it opened, and no more than IN_DB_KNOWN since);
         #: forgotten by sync(), so a set here is that of the DB open now
         self._in_db: dict[int, set[bytes]] = {}
-        self._offsets: dict[int, int] = {}  # persisted offsets held back while writes wait
-        self._queued: dict[int, Writes] = {}
+        #: acknowledged offsets held back while committed writes wait, and the
+        #: first offset held back since the DB's offset last moved
+        self._offsets: dict[int, int] = {}
+        self._held_since: dict[int, int] = {}
         self._marked: set[int] = set()
         self._tuned: dict[int, int] = {}  # partition -> id of the DB tuned
         self._open: Mapping[int, Any] | None = None  # the open DBs (the table's live view)
 
-    def take_writes(self) -> dict[int, Writes]:
-        """The changelog records of the writes made so far, per partition
-        (taken: the next call starts empty); their local writes, except the
-        deferred family's, go to RocksDB now (one sorted batch per partition)."""
-        queued, self._queued = self._queued, {}
-        for partition in list(self._local):
-            self._write_local(partition)
-        return queued
+    # -- the cycle -------------------------------------------------------------
+    def take_writes(self) -> Cycle:
+        """The writes made so far (the next call starts afresh): their
+        changelog records per partition, to send; their local writes wait
+        until :meth:`committed` is told the changelog has them."""
+        cycle = Cycle(self._queued, self._local, self._fresh)
+        self._queued, self._local, self._fresh = {}, {}, {}
+        if cycle or cycle.local or cycle.fresh:
+            self._flight.append(cycle)
+        return cycle
 
-    def _write_local(self, partition: int) -> None:
-        """Write the partition's deferred writes of the other families."""
-        local = self._local.pop(partition, None)
-        if local:
-            self._write_sorted(self._db(partition), local)
+    async def flush(self, writes: Cycle) -> None:
+        """Send a taken cycle's records to the changelog; return once all
+        are durable and the cycle is committed locally."""
+        if not writes:
+            self.committed(writes, {})
+            return
+        topic = self.table.changelog_topic
+        sent = await self.producer.send({(topic, p): w.records() for p, w in writes.items()})
+        self.committed(writes, sent)
+
+    @property
+    def changelog_topic(self) -> str:
+        return str(self.table.changelog_topic)
+
+    def committed(self, cycle: Cycle, last: Mapping[tuple[str, int], int]) -> None:
+        """The changelog holds ``cycle``'s records, up to these offsets (per
+        (changelog topic, partition); other topics are ignored): its local
+        writes go to RocksDB with the offsets. Cycles commit in take order;
+        one no longer in flight (empty, or dropped by :meth:`sync`) is
+        ignored."""
+        flight = self._flight
+        if not flight or not any(taken is cycle for taken in flight):
+            return
+        assert flight[0] is cycle, "cycles commit in the order they were taken"
+        del flight[0]
+        topic = self.table.changelog_topic
+        offsets = {p: offset for (written, p), offset in last.items() if written == topic}
+        for partition in set(cycle.local) | set(cycle.fresh) | set(offsets):
+            self._commit(
+                partition,
+                cycle.local.get(partition),
+                cycle.fresh.get(partition),
+                offsets.get(partition),
+            )
+        if self._waiting_count > self.keep:  # the oldest half of each partition's
+            for partition, entries in list(self._waiting.items()):
+                self._write_waiting(partition, len(entries) // 2 + 1)
+
+    def _commit(
+        self, partition: int, local: Layer | None, fresh: Layer | None, offset: int | None
+    ) -> None:
+        opened = self._open
+        if opened is None:
+            opened = self._open = self.table.open_dbs()
+        if partition not in opened:
+            # Revoked meanwhile (Faust opens an assigned partition's DB at
+            # the assignment and closes it at the revocation): reopening it
+            # would hold RocksDB's lock. The writes are in the changelog,
+            # where the partition's next owner reads them.
+            log.info(
+                "changelog %s/%d: DB closed; its committed writes left to the changelog",
+                self.table.changelog_topic,
+                partition,
+            )
+            return
+        db = self._db(partition)
+        if fresh:
+            waiting = self._waiting.get(partition)
+            if waiting is None:
+                waiting = self._waiting[partition] = {}
+            before = len(waiting)
+            in_db = self._in_db.get(partition)
+            for key, value in fresh.items():
+                if value is None and in_db is not None and key not in in_db:
+                    waiting.pop(key, None)  # nothing in RocksDB to delete
+                else:
+                    waiting[key] = value
+            self._waiting_count += len(waiting) - before
+        entries: Layer = local or {}
+        if offset is not None:
+            if self._waiting.get(partition):
+                since = self._held_since.setdefault(partition, offset)
+                if offset - since < self.checkpoint:
+                    self._offsets[partition] = offset  # written with the waiting writes
+                    offset = None
+                else:
+                    entries = {**entries, **self._take_waiting(partition)}
+            if offset is not None:
+                self._offsets.pop(partition, None)
+                self._held_since.pop(partition, None)
+        if entries or offset is not None:
+            self._write_sorted(db, entries, offset)
+
+    def _take_waiting(self, partition: int, oldest: int | None = None) -> Layer:
+        """Remove the partition's waiting writes (or its ``oldest`` ones)
+        from memory, to be written now."""
+        waiting = self._waiting.get(partition)
+        if not waiting:
+            return {}
+        in_db = self._in_db.get(partition)
+        keys = list(waiting if oldest is None else itertools.islice(waiting, oldest))
+        written = {key: waiting.pop(key) for key in keys}
+        if in_db is not None:
+            for key, value in written.items():
+                if value is None:
+                    in_db.discard(key)
+                else:
+                    in_db.add(key)
+            if len(in_db) > IN_DB_KNOWN:
+                del self._in_db[partition]  # from now on RocksDB answers
+        self._waiting_count -= len(keys)
+        if not waiting:
+            del self._waiting[partition]
+        return written
 
     @staticmethod
-    def _write_sorted(db: Any, entries: dict[bytes, bytes | None]) -> None:
+    def _write_sorted(db: Any, entries: Layer, offset: int | None) -> None:
+        """One batch: ``entries`` in key order, and the offset they bring the
+        DB up to, if any (with the format key)."""
         from rocksdict import WriteBatch
 
         batch = WriteBatch(raw_mode=True)
@@ -155,71 +302,32 @@ class FaustRocksStore:
                 batch.delete(key)
             else:
                 batch.put(key, value)
-        db.write(batch, _NO_WAL)
+        if offset is not None:
+            batch.put(FAUST_OFFSET_KEY, encode_offset(offset))
+            batch.put(FORMAT_KEY, FORMAT)
+        db.write(batch)
 
-    async def flush(self, writes: dict[int, Writes]) -> None:
-        """Send taken writes to the changelog; return once all are durable."""
-        if not writes:
-            return
-        topic = self.table.changelog_topic
-        self.persisted(
-            await self.producer.send({(topic, p): w.records() for p, w in writes.items()})
-        )
-
-    @property
-    def changelog_topic(self) -> str:
-        return str(self.table.changelog_topic)
-
-    def persisted(self, last: Mapping[tuple[str, int], int]) -> None:
-        """The changelog holds the writes up to these offsets (per (changelog
-        topic, partition); other topics are ignored): the local state may
-        say so (an exactly-once cycle calls it once its transaction committed)."""
-        topic = self.table.changelog_topic
-        for (written, partition), offset in last.items():
-            if written != topic:
-                continue
-            if self._waiting.get(partition):
-                self._offsets[partition] = offset  # written with the waiting writes
-            else:
-                self._offsets.pop(partition, None)
-                self.table.set_persisted_offset(partition, offset)
+    def _write_waiting(self, partition: int, oldest: int | None = None) -> None:
+        """Write the partition's committed deferred writes (or its ``oldest``
+        ones), with the offset held back once none waits."""
+        written = self._take_waiting(partition, oldest)
+        offset = None if self._waiting.get(partition) else self._offsets.pop(partition, None)
+        if offset is not None:
+            self._held_since.pop(partition, None)
+        if written or offset is not None:
+            self._write_sorted(self._db(partition), written, offset)
 
     def sync(self) -> None:
-        """Write the deferred writes to the local RocksDB (and the persisted
+        """Write the committed deferred writes to the local RocksDB (with the
         offsets held back), and forget which DBs hold no deferred entry:
-        before a rebalance or stop lets Faust close or recover a DB."""
-        for partition in list(self._local):
-            self._write_local(partition)
+        before a rebalance or stop lets Faust close or recover a DB. Writes
+        not committed yet stay in memory (RocksDB never holds them)."""
         for partition in set(self._waiting) | set(self._offsets):
             self._write_waiting(partition)
         self._tuned.clear()  # each DB is looked at again when next used
         self._in_db.clear()  # (and what it holds: a rebalance may replace it)
 
-    def _write_waiting(self, partition: int, oldest: int | None = None) -> None:
-        """Write the partition's waiting writes (or its ``oldest`` ones)."""
-        waiting = self._waiting.get(partition)
-        if waiting:
-            db = self._db(partition)  # (first: looking at a DB may start its in_db)
-            in_db = self._in_db.get(partition)
-            keys = list(waiting if oldest is None else itertools.islice(waiting, oldest))
-            written = {key: waiting.pop(key) for key in keys}
-            if in_db is not None:
-                for key, value in written.items():
-                    if value is None:
-                        in_db.discard(key)
-                    else:
-                        in_db.add(key)
-            self._write_sorted(db, written)
-            self._waiting_count -= len(keys)
-            if in_db is not None and len(in_db) > IN_DB_KNOWN:
-                del self._in_db[partition]  # from now on RocksDB answers
-        if waiting:
-            return  # the persisted offset waits for the rest
-        self._waiting.pop(partition, None)
-        offset = self._offsets.pop(partition, None)
-        if offset is not None:
-            self.table.set_persisted_offset(partition, offset)
-
+    # -- the databases -------------------------------------------------------------
     def _db(self, partition: int) -> Any:
         opened = self._open
         if opened is None:
@@ -231,9 +339,8 @@ class FaustRocksStore:
         # Only the id is kept: Faust closes a revoked partition's DB by
         # dropping its last reference, and a DB kept open here would hold
         # RocksDB's lock when the partition comes back (a reused id costs at
-        # most the write-ahead log on a reopened DB).
+        # most a second look at a reopened DB's options).
         if id(db) != self._tuned.get(partition):  # opened (again) by Faust
-            db.set_write_options(_NO_WAL)
             db.set_options(MEMTABLE_BLOOM)
             self._tuned[partition] = id(db)
             self._in_db.pop(partition, None)
@@ -244,8 +351,30 @@ class FaustRocksStore:
                     self._in_db[partition] = set()
         return db
 
+    def _layers(self, partition: int, deferred: bool) -> list[Layer]:
+        """The partition's uncommitted layers of one side, newest first."""
+        current = (self._fresh if deferred else self._local).get(partition)
+        layers = [] if current is None else [current]
+        for cycle in reversed(self._flight):
+            layer = (cycle.fresh if deferred else cycle.local).get(partition)
+            if layer:
+                layers.append(layer)
+        return layers
+
     def get(self, partition: int, key: bytes) -> bytes | None:
         if key[0] == self._family:
+            fresh = self._fresh.get(partition)
+            if fresh is not None:
+                found = fresh.get(key, _ABSENT)
+                if found is not _ABSENT:
+                    return found  # type: ignore[return-value]
+            if self._flight:
+                for cycle in reversed(self._flight):
+                    layer = cycle.fresh.get(partition)
+                    if layer is not None:
+                        found = layer.get(key, _ABSENT)
+                        if found is not _ABSENT:
+                            return found  # type: ignore[return-value]
             waiting = self._waiting.get(partition)
             if waiting is not None:
                 found = waiting.get(key, _ABSENT)
@@ -261,18 +390,28 @@ class FaustRocksStore:
             found = local.get(key, _ABSENT)
             if found is not _ABSENT:
                 return found  # type: ignore[return-value]
+        if self._flight:
+            for cycle in reversed(self._flight):
+                layer = cycle.local.get(partition)
+                if layer is not None:
+                    found = layer.get(key, _ABSENT)
+                    if found is not _ABSENT:
+                        return found  # type: ignore[return-value]
         value: bytes | None = self._db(partition).get(key)
         return value
 
     def _persisted(self, partition: int) -> int:
-        offset = self.table.persisted_offset(partition)
-        return -1 if offset is None else int(offset)
+        raw = self._db(partition).get(FAUST_OFFSET_KEY)
+        return -1 if raw is None else int(raw)
 
     def mark(self, partition: int, value: bytes) -> None:
         """Keep ``value`` locally with the changelog offset the partition's
         state reflects; a later write here, or a changelog record replayed
-        into the state (it moves that offset), voids it."""
-        self._write_local(partition)
+        into the state (it moves that offset), voids it. Nothing is marked
+        while writes of the partition are not committed (the mark would
+        describe a state RocksDB does not hold)."""
+        if self._layers(partition, False) or self._layers(partition, True):
+            return
         self._write_waiting(partition)
         self._db(partition).put(MARK_KEY, _OFFSET.pack(self._persisted(partition)) + value)
         self._marked.add(partition)
@@ -291,6 +430,7 @@ class FaustRocksStore:
         self._db(partition).delete(MARK_KEY)
         self._marked.discard(partition)
 
+    # -- writes and reads ------------------------------------------------------------
     def put(self, partition: int, key: bytes, value: bytes) -> None:
         self.write(partition, ((key, value, ()),))
 
@@ -298,74 +438,86 @@ class FaustRocksStore:
         self.write(partition, ((key, None, ()),))
 
     def write(self, partition: int, changes: Sequence[Change]) -> None:
-        """Apply ``changes`` to the partition's DB and queue them for its
-        changelog (a write voids the mark)."""
+        """Queue ``changes`` for the partition's changelog and keep them in
+        the current cycle's layer (a write voids the mark)."""
         if self._marked and partition in self._marked:
             self._unmark(partition)
         queue = self._queued.get(partition)
         if queue is None:
             queue = self._queued[partition] = Writes()
         keys, values = queue.keys, queue.values
-        family = self._family
-        if family < 0:
-            db = self._db(partition)
-            put, delete = db.put, db.delete
-            for key, value, _ in changes:
-                keys.append(key)
-                values.append(value)
-                if value is None:
-                    delete(key)
-                else:
-                    put(key, value)
-            return
-        waiting = self._waiting.get(partition)
-        if waiting is None:
-            waiting = self._waiting[partition] = {}
         local = self._local.get(partition)
         if local is None:
             local = self._local[partition] = {}
-        before = len(waiting)
-        in_db = self._in_db.get(partition)
+        family = self._family
+        if family < 0:
+            for key, value, _ in changes:
+                keys.append(key)
+                values.append(value)
+                local[key] = value
+            return
+        fresh = self._fresh.get(partition)
+        if fresh is None:
+            fresh = self._fresh[partition] = {}
         for key, value, _ in changes:
             keys.append(key)
             values.append(value)
             if key[0] != family:
                 local[key] = value
-            elif value is None and in_db is not None and key not in in_db:
-                waiting.pop(key, None)  # nothing in RocksDB to delete
             else:
-                waiting[key] = value
-        if len(local) > self.keep:
-            self._write_local(partition)
-        self._waiting_count += len(waiting) - before
-        if self._waiting_count > self.keep:  # the oldest half of each partition's
-            for waiting_partition, entries in list(self._waiting.items()):
-                self._write_waiting(waiting_partition, len(entries) // 2 + 1)
+                fresh[key] = value
 
     def seek(self, partition: int, start: bytes, prefix: bytes) -> tuple[bytes, bytes] | None:
-        self._write_local(partition)
-        if not prefix or prefix[0] == self._family:
-            self._write_waiting(partition)
-        it = self._db(partition).iter()
-        it.seek(start)
-        if it.valid():
-            key: bytes = it.key()
-            if key.startswith(prefix):
-                return key, it.value()
-        return None
+        return next(self.items(partition, prefix, start), None)
 
     def items(
         self, partition: int, prefix: bytes = b"", start: bytes = b""
     ) -> Iterator[tuple[bytes, bytes]]:
-        self._write_local(partition)
-        if not prefix or prefix[0] == self._family:
-            self._write_waiting(partition)
+        family = self._family
+        layers: list[Layer] = []
+        if not prefix or prefix[0] == family:
+            self._write_waiting(partition)  # (committed: RocksDB may hold them)
+            layers += self._layers(partition, True)
+        if not prefix or prefix[0] != family:
+            layers += self._layers(partition, False)
         it = self._db(partition).iter()
-        it.seek(max(prefix, start))
-        while it.valid():
-            key: bytes = it.key()
-            if not key.startswith(prefix):
+        low = max(prefix, start)
+        it.seek(low)
+        if not any(layers):
+            while it.valid():
+                key: bytes = it.key()
+                if not key.startswith(prefix):
+                    return
+                if key not in META_KEYS:
+                    yield key, it.value()
+                it.next()
+            return
+        # The uncommitted writes under the prefix (newest wins; None hides
+        # what RocksDB holds), merged in key order with RocksDB's.
+        over: Layer = {}
+        for layer in reversed(layers):  # oldest first
+            for key, value in layer.items():
+                if key >= low and key.startswith(prefix):
+                    over[key] = value
+        pending = sorted(over)
+        i = 0
+        while True:
+            db_key: bytes | None = None
+            if it.valid():
+                db_key = it.key()
+                if not db_key.startswith(prefix):
+                    db_key = None
+            if i < len(pending) and (db_key is None or pending[i] <= db_key):
+                key = pending[i]
+                i += 1
+                if db_key == key:
+                    it.next()
+                value = over[key]
+                if value is not None:
+                    yield key, value
+            elif db_key is not None:
+                if db_key not in META_KEYS:
+                    yield db_key, it.value()
+                it.next()
+            else:
                 return
-            if key != FAUST_OFFSET_KEY and key != MARK_KEY:
-                yield key, it.value()
-            it.next()

@@ -260,10 +260,3 @@ class RocksTable:
 
     def db_for(self, partition: int) -> Any:
         return self.table.data._db_for_partition(partition)
-
-    def persisted_offset(self, partition: int) -> int | None:
-        offset = self.table.data.persisted_offset(TP(self.changelog_topic, partition))
-        return None if offset is None else int(offset)
-
-    def set_persisted_offset(self, partition: int, offset: int) -> None:
-        self.table.data.set_persisted_offset(TP(self.changelog_topic, partition), offset)

@@ -191,17 +191,9 @@ def exactly_once(app: Any, settings: Settings, input_topic: str) -> Transactiona
 def install_transactions(
     app: Any, task: Task, transactions: TransactionalProducers, input_topic: str
 ) -> None:
-    """The assignment's order under exactly-once: a last cycle commits what
-    was processed before the partitions are given up; the producers of the
-    new assignment start (fencing the previous owners, completing or
-    aborting their transactions) before any changelog or committed offset
-    is read."""
-
-    @app.on_partitions_revoked.connect  # type: ignore[untyped-decorator]
-    async def commit_before_revoke(sender: Any, revoked: Any, **kwargs: Any) -> None:
-        if task.state is TaskState.RUNNING:
-            task.on_rebalance()  # (what is awaited now writes nothing after)
-            await task.cycle()
+    """The assignment's order under exactly-once: the producers of the new
+    assignment start (fencing the previous owners, completing or aborting
+    their transactions) before any changelog or committed offset is read."""
 
     async def own(assigned: set[Any]) -> None:
         await transactions.assign({tp.partition for tp in assigned if tp.topic == input_topic})
@@ -242,6 +234,17 @@ def build_app(
     # steps 2-5; a rebalance and a clean stop reach the task first
     app.before_commit.append(task.cycle)
     app.before_rebalance.append(task.on_rebalance)
+
+    @app.on_partitions_revoked.connect  # type: ignore[untyped-decorator]
+    async def cycle_before_revoke(sender: Any, revoked: Any, **kwargs: Any) -> None:
+        # A last cycle before the partitions are given up: no cycle is in
+        # flight when Faust closes or recovers a partition's RocksDB (the
+        # local state is written only once a cycle is committed), and under
+        # exactly-once what was processed commits with its input position.
+        if task.state is TaskState.RUNNING:
+            task.on_rebalance()  # (what is awaited now writes nothing after)
+            await task.cycle()
+
     if transactions is not None:
         install_transactions(app, task, transactions, wiring.input_topic)
 

@@ -22,7 +22,10 @@ the broker before the state that produced it.
 2. **Take** (:meth:`Task.take`, no await inside): the outbox and the
    changelog writes made so far, together. *Crash*: as after 1.
 3. **Flush** the taken changelog writes and wait for their acknowledgements;
-   record the persisted changelog offsets. *Crash*: the state is durable,
+   only then do they reach the local RocksDB, with the changelog offsets
+   they bring it up to (:meth:`FaustRocksStore.committed
+   <seqkeeper.state.rocksdb.FaustRocksStore.committed>`: the local state never
+   holds what the changelog does not). *Crash*: the state is durable,
    its outputs are not; the new owner finds them unconfirmed and emits
    them again (:meth:`Topology.on_assigned`).
 4. **Produce** the batch, after the batch taken before it, and wait for
@@ -106,7 +109,7 @@ class ChangelogStore(Protocol):
     @property
     def changelog_topic(self) -> str: ...
 
-    def persisted(self, last: Mapping[tuple[str, int], int]) -> None: ...
+    def committed(self, cycle: Any, last: Mapping[tuple[str, int], int]) -> None: ...
 
     def sync(self) -> None: ...
 
@@ -272,6 +275,7 @@ class Task:
         moved = {p: at for p, at in positions.items() if self.committed.get(p) != at}
         partitions = sorted(set(outputs) | set(writes) | set(moved))
         if not partitions:
+            self.store.committed(writes, {})
             return
         changelog = self.store.changelog_topic
 
@@ -294,8 +298,8 @@ class Task:
             log.error("transaction aborted: %s; stopping", error)
             self.on_fatal(error)
             raise
-        for last in done:
-            self.store.persisted(last)
+        # E4. only now may the local state hold the writes
+        self.store.committed(writes, {tp: offset for last in done for tp, offset in last.items()})
         self.committed.update(moved)
         if moved:
             self.on_committed(moved)

@@ -35,5 +35,11 @@ def test_the_command_writes_its_figures(tmp_path: Path) -> None:
     result = orjson.loads(out.read_bytes())
     (row,) = result["rounds"]
     assert row["us per record"] > 0 and row["collections"] >= 0
-    assert set(row["cycle us"]) == {"local writes", "changelog", "grouping", "outputs", "confirm"}
+    assert set(row["cycle us"]) == {
+        "take",
+        "changelog and local writes",
+        "grouping",
+        "outputs",
+        "confirm",
+    }
     assert result["records"] == len(workload(300, 20)[0])
