@@ -57,9 +57,11 @@ MARK_KEY = b"__seqkeeper\x00mark__"
 #: up to (``faust.stores.rocksdb.Store.offset_key``; its value the offset in
 #: decimal ASCII), written here in the same batch as the data it covers.
 FAUST_OFFSET_KEY = b"__faust\x00offset__"
-#: Written with every offset: the DB was written by this store's rule (the
-#: offset covers exactly what the DB holds), not by a version that wrote
-#: RocksDB before the changelog acknowledged it.
+#: Set in every DB this store's rule applies to (:meth:`FaustRocksStore.adopt`):
+#: its offset covers what it holds. A DB without it that holds state was
+#: written by a version that wrote RocksDB before the changelog acknowledged
+#: the writes (:mod:`seqkeeper.state.integrity` discards it after an
+#: unclean stop).
 FORMAT_KEY = b"__seqkeeper\x00format__"
 FORMAT = b"1"
 _OFFSET = struct.Struct(">q")
@@ -292,7 +294,7 @@ class FaustRocksStore:
     @staticmethod
     def _write_sorted(db: Any, entries: Layer, offset: int | None) -> None:
         """One batch: ``entries`` in key order, and the offset they bring the
-        DB up to, if any (with the format key)."""
+        DB up to, if any."""
         from rocksdict import WriteBatch
 
         batch = WriteBatch(raw_mode=True)
@@ -304,7 +306,6 @@ class FaustRocksStore:
                 batch.put(key, value)
         if offset is not None:
             batch.put(FAUST_OFFSET_KEY, encode_offset(offset))
-            batch.put(FORMAT_KEY, FORMAT)
         db.write(batch)
 
     def _write_waiting(self, partition: int, oldest: int | None = None) -> None:
@@ -328,6 +329,15 @@ class FaustRocksStore:
         self._in_db.clear()  # (and what it holds: a rebalance may replace it)
 
     # -- the databases -------------------------------------------------------------
+    def adopt(self) -> None:
+        """Set the format key in every open DB that lacks it: called once a
+        rebalance opened the assigned partitions' DBs (each passed the
+        start-up check, or is new), so that what a later unclean stop leaves
+        is known to follow the rule."""
+        for db in list(self.table.open_dbs().values()):
+            if db.get(FORMAT_KEY) is None:
+                db.put(FORMAT_KEY, FORMAT)
+
     def _db(self, partition: int) -> Any:
         opened = self._open
         if opened is None:

@@ -32,6 +32,9 @@ class App(faust.App):
         #: Awaited with the new assignment after ``before_rebalance``, before
         #: any changelog or committed offset is read.
         self.before_recovery: list[Callable[[set[Any]], Awaitable[None]]] = []
+        #: Called once a rebalance opened the assigned partitions' RocksDB,
+        #: as their recovery starts.
+        self.after_tables_open: list[Callable[[], None]] = []
         #: Exactly-once: the consumer reads committed records only, and the
         #: runtime commits the input offsets in its transactions, never
         #: through the consumer (:mod:`seqkeeper.adapter.commit`).

@@ -66,6 +66,8 @@ class TableManager(FaustTableManager):
         for after in cast(Any, self.app).before_recovery:
             await after(assigned)
         await super().on_rebalance(assigned, revoked, newly_assigned, generation_id)
+        for opened in cast(Any, self.app).after_tables_open:
+            opened()
 
     @property
     def recovery(self) -> Recovery:

@@ -234,6 +234,7 @@ def build_app(
     # steps 2-5; a rebalance and a clean stop reach the task first
     app.before_commit.append(task.cycle)
     app.before_rebalance.append(task.on_rebalance)
+    app.after_tables_open.append(store.adopt)
 
     @app.on_partitions_revoked.connect  # type: ignore[untyped-decorator]
     async def cycle_before_revoke(sender: Any, revoked: Any, **kwargs: Any) -> None:

@@ -45,9 +45,9 @@ stages, each in take order), so a batch's state writes travel in the same
 produce requests as the outputs before them.
 
 Around it, the local state (:class:`LocalState`): a worker that did not
-stop cleanly discards its local RocksDB at start (it may hold writes the
-changelog never got) and rebuilds it from the changelog; a clean stop runs
-a last cycle, lets the topology describe its state for the next start
+stop cleanly keeps its local RocksDB (which never holds a write before the
+changelog does) and replays the changelog after its offsets; a clean stop
+runs a last cycle, lets the topology describe its state for the next start
 (:meth:`Task.suspend`), and marks the local state clean.
 """
 
@@ -58,7 +58,6 @@ import concurrent.futures
 import enum
 import logging
 import os
-import shutil
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
@@ -385,25 +384,31 @@ class Task:
 class LocalState:
     """The local state directory across worker runs: a marker file exists
     while a worker runs on it. Found at start, the previous worker did not
-    stop cleanly (``kill -9``, OOM, power loss): its local RocksDB may hold
-    writes the changelog never got, and using it would let the two diverge
-    (Kafka Streams does the same under exactly-once)."""
+    stop cleanly (``kill -9``, OOM, power loss, a fenced transaction). Its
+    local RocksDB is kept all the same: it holds only what the changelog
+    holds, with the changelog offset it reflects in the same batch
+    (:mod:`seqkeeper.state.rocksdb`), so each partition replays only the
+    changelog records after that offset. What it checks instead: every
+    database must pass the integrity check, and after an unclean stop one
+    holding state must carry the format key (one written by an earlier
+    version may hold writes the changelog never got): else it is discarded
+    and rebuilt from the changelog."""
 
     def __init__(self, data_dir: Path, tabledir: Path) -> None:
         self.marker = data_dir / "worker.running"
         self.tabledir = tabledir
 
     def open(self, say: Callable[[str], None]) -> concurrent.futures.Future[None]:
-        """Discard the local state after an unclean stop, mark it in use, and
-        check what is left in a thread (the tables wait for the returned
-        future before they open a database)."""
-        if self.marker.exists():
+        """Mark the local state in use and check it in a thread (the tables
+        wait for the returned future before they open a database)."""
+        unclean = self.marker.exists()
+        if unclean:
             say(
                 "the previous worker did not stop cleanly: local state "
-                f"{self.tabledir} is discarded and rebuilt from the changelog"
+                f"{self.tabledir} is kept; each partition replays the changelog "
+                "after the offset its state holds"
             )
-            shutil.rmtree(self.tabledir, ignore_errors=True)
-        check = check_local_state(self.tabledir, say)
+        check = check_local_state(self.tabledir, say, unclean)
         self.marker.write_text(f"{os.getpid()}\n")
         return check
 
@@ -413,14 +418,14 @@ class LocalState:
 
 
 def check_local_state(
-    tabledir: Path, say: Callable[[str], None]
+    tabledir: Path, say: Callable[[str], None], unclean: bool = False
 ) -> concurrent.futures.Future[None]:
     """Check the local state in a thread; a database that fails the check is
     discarded and rebuilt from the changelog."""
 
     def check() -> None:
-        for db, problem in discard_corrupt(tabledir):
-            say(f"local state {db} is corrupt ({problem}): discarded, rebuilt from the changelog")
+        for db, problem in discard_corrupt(tabledir, unclean):
+            say(f"local state {db} {problem}: discarded, rebuilt from the changelog")
 
     pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="integrity")
     future = pool.submit(check)

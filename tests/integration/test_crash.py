@@ -1,6 +1,8 @@
 """kill -9 against a real broker: a restarted worker loses nothing, keeps
 per-key order; under at_least_once what it emits again is byte-identical
-(counted), under exactly_once a read_committed reader sees nothing twice."""
+(counted), under exactly_once a read_committed reader sees nothing twice.
+It keeps its local state and replays only the changelog records after the
+offset that state holds (issue 36)."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from seqkeeper.topics import create_topics
 from seqkeeper.verification.workload import generate
 from seqkeeper.worker import WorkerProcess
 from tests.conftest import Broker
+from tests.integration.replays import Replayed, changelog_of, local_offsets, replayed
 
 pytestmark = pytest.mark.integration
 
@@ -39,6 +42,7 @@ def test_kill_9_while_processing_loses_nothing(
     waves = [w.records[i * n // (kills + 1) : (i + 1) * n // (kills + 1)] for i in range(kills + 1)]
     rng = random.Random(5)
     logs = []
+    tails: list[dict[int, list[int]]] = []  # per kill, what the restart must replay
     for i in range(kills):
         asyncio.run(publish(settings.broker.bootstrap, settings.ordered.input_topic, waves[i]))
         worker = WorkerProcess(settings, tmp_path / f"killed-{i}.log").start()
@@ -46,6 +50,11 @@ def test_kill_9_while_processing_loses_nothing(
         time.sleep(rng.uniform(0.5, 2.5))  # in the middle of the wave
         worker.kill()
         logs.append(worker.log())
+        # What the next start finds: the local offsets and the changelog
+        local = local_offsets(settings.runtime.data_dir)
+        offsets, _ = changelog_of(settings, mode)
+        tails.append({p: [o for o in offsets[p] if o > local.get(p, -1)] for p in offsets})
+        print(f"kill {i}: local offsets {local}, tail {[len(t) for t in tails[-1].values()]}")
     asyncio.run(publish(settings.broker.bootstrap, settings.ordered.input_topic, waves[kills]))
     final = WorkerProcess(settings, tmp_path / "final.log").start()
     try:
@@ -58,7 +67,16 @@ def test_kill_9_while_processing_loses_nothing(
             assert report.reemitted == {"ordered": 0, "deduped": 0, "dlq": 0}, report.reemitted
     finally:
         assert final.stop() == 0
-    # every restart after a kill discarded its local state and rebuilt it
-    assert all("did not stop cleanly" in log for log in [*logs[1:], final.log()])
+    # every restart after a kill kept its local state and replayed, per
+    # partition, exactly the changelog records after the offset it held
+    restarts = [*logs[1:], final.log()]
+    assert all("did not stop cleanly" in log and "is kept" in log for log in restarts)
+    for log, tail in zip(restarts, tails, strict=True):
+        replays = replayed(log)
+        for p, records in tail.items():
+            r = replays.get(p, Replayed())
+            got = (r.count, r.first, r.last)
+            want = (len(records), records[0], records[-1]) if records else (0, None, None)
+            assert got == want, (p, got, want, log[-3000:])
     assert all(f"processing guarantee: {mode}" in log for log in [*logs, final.log()])
     print("re-emitted:", report.reemitted)

@@ -16,19 +16,18 @@ import shutil
 import time
 import urllib.error
 import urllib.request
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from seqkeeper.adapter.offsets import as_topic_partitions, committed_ends
 from seqkeeper.broker import free_port
 from seqkeeper.demo import publish, wait_until_verified
 from seqkeeper.settings import Settings
-from seqkeeper.topics import create_topics, read_topic
+from seqkeeper.topics import create_topics
 from seqkeeper.verification.workload import generate
 from seqkeeper.worker import WorkerProcess
+from tests.integration.replays import Replayed, changelog_of, guarantee, number, replayed
 
 pytestmark = pytest.mark.integration
 
@@ -40,62 +39,6 @@ RESTORED = re.compile(r"restored (\S+)/(\d+): ([\d,]+) records in ([\d.]+) s")
 GAUGE = re.compile(
     r'^seqkeeper_restore_remaining_records\{partition="(\d+)",topic="([^"]+)"\} (\S+)$', re.M
 )
-
-REPLAYED = re.compile(
-    r"table state: partition (\d+) \((active|standby)\) replayed ([\d,]+) changelog records, "
-    r"(?:offsets ([\d,]+) → ([\d,]+)|local state up to offset ([\d,]+)|no local state)"
-)
-
-
-@dataclass
-class Replayed:
-    """What a worker's log says one changelog partition replayed, over all
-    its recoveries (a restart after a kill may have two: the dead member
-    holds partitions until its session expires)."""
-
-    count: int = 0
-    first: int | None = None  #: the first offset applied
-    last: int | None = None  #: the last offset applied
-    local: int | None = None  #: where its local state ended, said when it replayed nothing
-
-
-def replayed(log: str) -> dict[int, Replayed]:
-    """Per active changelog partition, what ``log`` says it replayed."""
-    found: dict[int, Replayed] = {}
-    for partition, role, count, first, last, local in REPLAYED.findall(log):
-        assert role == "active", log[-3000:]  # (no standby replicas here)
-        r = found.setdefault(int(partition), Replayed())
-        if number(count):
-            r.first = r.first if r.count else number(first)
-            r.last = number(last)
-            r.count += number(count)
-        else:
-            r.local = number(local) if local else None
-    return found
-
-
-def guarantee(log: str) -> str:
-    """The worker's processing guarantee (``auto`` is exactly_once on
-    Apache Kafka, at_least_once on the embedded broker)."""
-    said = re.findall(r"processing guarantee: (\w+)", log)
-    assert said, log[-3000:]
-    return said[-1]
-
-
-def changelog_of(settings: Settings, mode: str) -> tuple[dict[int, list[int]], dict[int, int]]:
-    """The state changelog as the worker's recovery reads it (read_committed
-    under exactly_once): the offsets of its records per partition, and each
-    partition's end (1 + the offset of its last record, 0 for none; a
-    transaction's marker after it is no record)."""
-    topic = f"{settings.group_id}-state-changelog"
-    isolation = "read_committed" if mode == "exactly_once" else "read_uncommitted"
-    bootstrap = settings.broker.bootstrap
-    offsets: dict[int, list[int]] = {p: [] for p in range(settings.broker.partitions)}
-    for record in asyncio.run(read_topic(bootstrap, topic, isolation=isolation)):
-        offsets[record.partition].append(record.offset)
-    tps = as_topic_partitions(topic, settings.broker.partitions)
-    ends = asyncio.run(committed_ends(bootstrap, tps))
-    return offsets, {tp.partition: end for tp, end in ends.items()}
 
 
 def check_rebuilt(log: str, mode: str, offsets: dict[int, list[int]], ends: dict[int, int]) -> None:
@@ -133,10 +76,6 @@ def gauge_of(metrics: str) -> dict[tuple[str, int], float]:
     return {(topic, int(p)): float(v) for p, topic, v in GAUGE.findall(metrics)}
 
 
-def number(text: str) -> int:
-    return int(text.replace(",", ""))
-
-
 def test_a_rebuild_from_the_changelog_shows_its_progress(make_settings, tmp_path: Path) -> None:
     port = free_port()
     settings: Settings = make_settings(web_port=port)
@@ -153,7 +92,9 @@ def test_a_rebuild_from_the_changelog_shows_its_progress(make_settings, tmp_path
         report = asyncio.run(wait_until_verified(settings, timeout=180, worker=first))
         assert report.ok, [(c.name, c.count, c.detail) for c in report.failures()]
     finally:
-        first.kill()  # unclean: the next start discards the local state
+        first.kill()  # unclean: the next start says so
+    for db in settings.runtime.data_dir.rglob("*.db"):  # a lost disk: a full rebuild
+        shutil.rmtree(db)
     mode = guarantee(first.log())
     offsets, ends = changelog_of(settings, mode)
 

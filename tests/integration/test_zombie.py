@@ -25,6 +25,7 @@ from seqkeeper.verification.verify import Report
 from seqkeeper.verification.workload import generate
 from seqkeeper.worker import WorkerProcess
 from tests.conftest import Broker
+from tests.integration.replays import committed_writes, local_state
 
 pytestmark = pytest.mark.integration
 
@@ -92,9 +93,16 @@ def test_a_frozen_worker_is_fenced_and_its_writes_never_show(
         a.proc.send_signal(signal.SIGCONT)
         # within 60 s: a 'fenced:' line and a fenced worker's exit code (FENCED_EXIT)
         assert zombie_problems(a, 60.0) == [], a.log()[-4000:]
-        # no clean stop: A's next start discards its local state, which may
-        # hold the writes of the transaction that was aborted
+        # no clean stop (A's next start says so), and A's local state holds
+        # nothing its aborted transaction wrote: every entry was written by
+        # a committed changelog record (its next start keeps it)
         assert (tmp_path / "a" / "worker.running").exists()
+        kept = local_state(tmp_path / "a")
+        committed = committed_writes(settings)
+        assert any(kept.values()), kept.keys()
+        for partition, entries in kept.items():
+            stray = set(entries.items()) - committed.get(partition, set())
+            assert not stray, (partition, sorted(stray)[:5])
         publisher.join()
         report: Report = asyncio.run(
             wait_until_verified(settings, timeout=180, worker=b, isolation="read_committed")

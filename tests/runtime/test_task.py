@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from seqkeeper.runtime.protocol import Batch, OutboxOwner
 from seqkeeper.runtime.task import IllegalTransition, LocalState, Task, TaskState
+from seqkeeper.state.rocksdb import FAUST_OFFSET_KEY, FORMAT, FORMAT_KEY
 
 
 class Topology(OutboxOwner):
@@ -320,24 +321,56 @@ def test_a_stop_during_a_rebalance_only_writes_the_local_state() -> None:
     asyncio.run(main())
 
 
-def test_the_local_state_is_discarded_after_an_unclean_stop(tmp_path: Path) -> None:
+def _db(path: Path, entries: dict[bytes, bytes]) -> None:
+    from rocksdict import Options, Rdict
+
+    db = Rdict(str(path), Options(raw_mode=True))
+    for key, value in entries.items():
+        db.put(key, value)
+    db.close()
+
+
+def test_the_local_state_is_kept_after_an_unclean_stop(tmp_path: Path) -> None:
+    """Kept, checked: a database with state but without the format key
+    (written by a version that wrote RocksDB before the changelog had the
+    writes) is discarded after an unclean stop, kept after a clean one."""
     tables = tmp_path / "tables"
-    (tables / "db").mkdir(parents=True)
+    tables.mkdir()
+    kept, old = tables / "state-0.db", tables / "state-1.db"
+    _db(kept, {b"s1": b"v", FAUST_OFFSET_KEY: b"7", FORMAT_KEY: FORMAT})
+    _db(old, {b"s1": b"v", FAUST_OFFSET_KEY: b"7"})
     said: list[str] = []
     local = LocalState(tmp_path, tables)
     local.open(said.append).result(timeout=10)
-    assert (tables / "db").exists() and said == []  # the first start: kept
-    # no clean stop: the next start discards it
+    assert kept.exists() and old.exists() and said == []  # the first start
+    # no clean stop: the next start keeps what has the format key
     LocalState(tmp_path, tables).open(said.append).result(timeout=10)
-    assert not tables.exists()
+    assert kept.exists() and not old.exists()
     assert said == [
-        f"the previous worker did not stop cleanly: local state {tables} "
-        "is discarded and rebuilt from the changelog"
+        f"the previous worker did not stop cleanly: local state {tables} is kept; "
+        "each partition replays the changelog after the offset its state holds",
+        f"local state {old} holds state written before the changelog had it "
+        "(an earlier version): discarded, rebuilt from the changelog",
     ]
-    (tables / "db").mkdir(parents=True)
+    _db(old, {b"s1": b"v", FAUST_OFFSET_KEY: b"7"})
     local.close_cleanly()
     LocalState(tmp_path, tables).open(said.append).result(timeout=10)
-    assert (tables / "db").exists() and len(said) == 1  # after a clean stop: kept
+    assert kept.exists() and old.exists() and len(said) == 2  # after a clean stop
+    (kept / "CURRENT").write_text("garbage\n")  # corrupt: discarded either way
+    local.close_cleanly()
+    LocalState(tmp_path, tables).open(said.append).result(timeout=10)
+    assert not kept.exists() and old.exists()
+    assert said[2].startswith(f"local state {kept} is corrupt (does not open:")
+
+
+def test_an_empty_database_needs_no_offset(tmp_path: Path) -> None:
+    tables = tmp_path / "tables"
+    tables.mkdir()
+    _db(tables / "state-0.db", {})
+    (tmp_path / "worker.running").write_text("1\n")
+    said: list[str] = []
+    LocalState(tmp_path, tables).open(said.append).result(timeout=10)
+    assert (tables / "state-0.db").exists() and len(said) == 1
 
 
 # -- the protocol's order, whatever the broker does ----------------------------------

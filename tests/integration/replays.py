@@ -1,0 +1,126 @@
+"""What a worker's log says each changelog partition replayed (issue 36:
+``table state: partition 0 (active) replayed ...``), and what the broker and
+the local state say it should have: counted in records and offsets, never
+in seconds."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from seqkeeper.adapter.offsets import as_topic_partitions, committed_ends
+from seqkeeper.settings import Settings
+from seqkeeper.state.rocksdb import FAUST_OFFSET_KEY
+from seqkeeper.topics import read_topic
+
+REPLAYED = re.compile(
+    r"table state: partition (\d+) \((active|standby)\) replayed ([\d,]+) changelog records, "
+    r"(?:offsets ([\d,]+) → ([\d,]+)|local state up to offset ([\d,]+)|no local state)"
+)
+
+
+@dataclass
+class Replayed:
+    """What a worker's log says one changelog partition replayed, over all
+    its recoveries (a restart after a kill may have two: the dead member
+    holds partitions until its session expires)."""
+
+    count: int = 0
+    first: int | None = None  #: the first offset applied
+    last: int | None = None  #: the last offset applied
+    local: int | None = None  #: where its local state ended, said when it replayed nothing
+
+
+def replayed(log: str) -> dict[int, Replayed]:
+    """Per active changelog partition, what ``log`` says it replayed."""
+    found: dict[int, Replayed] = {}
+    for partition, role, count, first, last, local in REPLAYED.findall(log):
+        assert role == "active", log[-3000:]  # (no standby replicas here)
+        r = found.setdefault(int(partition), Replayed())
+        if number(count):
+            r.first = r.first if r.count else number(first)
+            r.last = number(last)
+            r.count += number(count)
+        else:
+            r.local = number(local) if local else None
+    return found
+
+
+def guarantee(log: str) -> str:
+    """The worker's processing guarantee (``auto`` is exactly_once on
+    Apache Kafka, at_least_once on the embedded broker)."""
+    said = re.findall(r"processing guarantee: (\w+)", log)
+    assert said, log[-3000:]
+    return said[-1]
+
+
+def changelog_of(settings: Settings, mode: str) -> tuple[dict[int, list[int]], dict[int, int]]:
+    """The state changelog as the worker's recovery reads it (read_committed
+    under exactly_once): the offsets of its records per partition, and each
+    partition's end (1 + the offset of its last record, 0 for none; a
+    transaction's marker after it is no record)."""
+    topic = f"{settings.group_id}-state-changelog"
+    isolation = "read_committed" if mode == "exactly_once" else "read_uncommitted"
+    bootstrap = settings.broker.bootstrap
+    offsets: dict[int, list[int]] = {p: [] for p in range(settings.broker.partitions)}
+    for record in asyncio.run(read_topic(bootstrap, topic, isolation=isolation)):
+        offsets[record.partition].append(record.offset)
+    tps = as_topic_partitions(topic, settings.broker.partitions)
+    ends = asyncio.run(committed_ends(bootstrap, tps))
+    return offsets, {tp.partition: end for tp, end in ends.items()}
+
+
+def number(text: str) -> int:
+    return int(text.replace(",", ""))
+
+
+def local_offsets(data_dir: Path) -> dict[int, int]:
+    """Per partition of the state table, the changelog offset its local
+    RocksDB holds everything up to (-1: none), as the next start finds it:
+    read by a read-only open, which replays the write-ahead log as a
+    restart does (the worker is not running)."""
+    from rocksdict import AccessType, Options, Rdict
+
+    found: dict[int, int] = {}
+    for path in sorted(data_dir.rglob("state-*.db")):
+        partition = int(path.name[len("state-") : -len(".db")])
+        db = Rdict(str(path), Options(raw_mode=True), access_type=AccessType.read_only(False))
+        try:
+            raw = db.get(FAUST_OFFSET_KEY)
+        finally:
+            db.close()
+        found[partition] = -1 if raw is None else int(raw)
+    return found
+
+
+def local_state(data_dir: Path) -> dict[int, dict[bytes, bytes]]:
+    """Per partition of the state table, the entries its local RocksDB
+    holds (without Faust's offset, the format key and the mark)."""
+    from rocksdict import AccessType, Options, Rdict
+
+    from seqkeeper.state.rocksdb import META_KEYS
+
+    found: dict[int, dict[bytes, bytes]] = {}
+    for path in sorted(data_dir.rglob("state-*.db")):
+        partition = int(path.name[len("state-") : -len(".db")])
+        db = Rdict(str(path), Options(raw_mode=True), access_type=AccessType.read_only(False))
+        try:
+            found[partition] = {k: v for k, v in db.items() if k not in META_KEYS}
+        finally:
+            db.close()
+    return found
+
+
+def committed_writes(settings: Settings) -> dict[int, set[tuple[bytes, bytes]]]:
+    """Per partition, every (key, value) a committed record of the state
+    changelog wrote (read_committed: an aborted transaction's are not)."""
+    topic = f"{settings.group_id}-state-changelog"
+    found: dict[int, set[tuple[bytes, bytes]]] = {}
+    for record in asyncio.run(
+        read_topic(settings.broker.bootstrap, topic, isolation="read_committed")
+    ):
+        if record.value is not None:
+            found.setdefault(record.partition, set()).add((record.key, record.value))
+    return found
