@@ -105,6 +105,24 @@ def encode_offset(offset: int) -> bytes:
     return str(offset).encode()
 
 
+def reset_db(db: Any) -> None:
+    """Empty an open partition DB in one batch (its state, offset and mark),
+    keeping the format key: what a rebuild from the changelog starts from."""
+    from rocksdict import WriteBatch
+
+    it = db.iter()
+    it.seek_to_last()
+    if not it.valid():
+        return
+    last: bytes = it.key()
+    del it
+    batch = WriteBatch(raw_mode=True)
+    batch.delete_range(b"", last)
+    batch.delete(last)
+    batch.put(FORMAT_KEY, FORMAT)
+    db.write(batch)
+
+
 class Writes:
     """A partition's changelog records until an outbox cycle takes them, as
     two columns: lists of bytes add nothing for the garbage collector to

@@ -103,7 +103,9 @@ PRIVATE_MEMBERS: dict[str, frozenset[str]] = {
     "records": frozenset({"_check_crcs", "_records", "_tp", "_unpack_records"}),
     "recovery": frozenset(
         {
+            "_build_offsets",
             "_committed_offset",
+            "_db_for_partition",
             "_ensure_consumer",
             "_fetcher",
             "_get_active_partitions",

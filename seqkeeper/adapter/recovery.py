@@ -3,10 +3,15 @@
 changelog partitions Faust stops reading paused in aiokafka too, and each
 recovery's progress told to listeners (:func:`watch_restores`).
 
+A partition's local state whose changelog offset lies outside its
+changelog is reset before the restore reads it (:func:`misplaced`).
+
 Private members: ``Consumer._get_active_partitions``, ``._committed_offset``,
 ``._read_offset``, ``._thread`` (Faust); ``App._fetcher``;
 ``Recovery._set_recovery_ended``, ``._wait``, ``._is_changelog_tp``,
-``._seek_offsets`` (extended: where a restore starts);
+``._seek_offsets`` (extended: where a restore starts), ``._build_offsets``
+(extended: local state outside the changelog is reset);
+``Store._db_for_partition`` (Faust's RocksDB store);
 ``AIOKafkaConsumer._fetcher._records`` (aiokafka 0.14).
 """
 
@@ -24,11 +29,30 @@ from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TP
 from mode import Service
 
+from seqkeeper.state.rocksdb import reset_db
+
 log = logging.getLogger("seqkeeper.recovery")
 
 #: Where a changelog partition's restore is, by (topic, partition): (next
 #: offset to apply, end offset).
 Positions = Mapping[tuple[str, int], tuple[int, int]]
+
+
+def misplaced(local: int | None, last: int | None, start: int | None) -> str | None:
+    """Why a partition's local state cannot resume from its changelog
+    offset ``local`` (the offset of the last record it holds; ``None`` or
+    -1: none), given the changelog's ``last`` record offset (-1: empty) and
+    its log start offset ``start``; ``None`` if it can. Past the end: the
+    topic was deleted and recreated, or truncated (Faust would stop with a
+    ``ConsistencyError``); before the start: records after it are gone
+    (retention, ``delete-records``), so its tail cannot be replayed."""
+    if local is None or local < 0:
+        return None
+    if last is not None and local > last:
+        return f"past the changelog's end {last + 1:,}"
+    if start is not None and local + 1 < start:
+        return f"before the changelog's start {start:,}"
+    return None
 
 
 class RestoreListener(Protocol):
@@ -152,6 +176,39 @@ class SeekFirstRecovery(Recovery):
         await super()._seek_offsets(consumer, tps, offsets, title)
         if title == "active":
             self.tell(lambda listener, now, positions: listener.observe(now, positions))
+
+    async def _build_offsets(
+        self, consumer: Any, tps: set[TP], destination: Any, title: str
+    ) -> None:
+        # Where each partition's restore starts: Faust's, unless the local
+        # offset (read from the DB when the partition was added) lies
+        # outside the changelog; such a DB is emptied and restored whole.
+        local = {tp: destination.get(tp) for tp in tps}
+        await super()._build_offsets(consumer, tps, destination, title)
+        if title != "active":
+            return
+        wrong = {}
+        for tp in tps:
+            # (Faust starts at the later of the local offset and the log start)
+            start = destination[tp] + 1 if destination[tp] != local[tp] else None
+            why = misplaced(local[tp], self.active_highwaters.get(tp), start)
+            if why is not None:
+                wrong[tp] = why
+        if not wrong:
+            return
+        earliest = await consumer.earliest_offsets(*wrong)
+        for tp, why in wrong.items():
+            reset_db(cast(Any, self.tp_to_table[tp]).data._db_for_partition(tp.partition))
+            first = earliest.get(tp)
+            destination[tp] = -1 if first is None else first - 1
+            log.warning(
+                "changelog %s/%d: the local state's offset %s is %s: local state reset, "
+                "rebuilt from the changelog",
+                tp.topic,
+                tp.partition,
+                f"{local[tp]:,}",
+                why,
+            )
 
     @Service.task
     async def report_progress(self) -> None:

@@ -32,6 +32,7 @@ from seqkeeper.state.rocksdb import (
     Cycle,
     FaustRocksStore,
     encode_offset,
+    reset_db,
 )
 
 
@@ -254,6 +255,18 @@ def test_adopt_sets_the_format_key_in_every_open_db() -> None:
         store.adopt()
         assert dbs[0].writes == dbs[1].writes == 1  # (once)
         assert list(store.items(0)) == [(b"s1", b"old")]  # not state
+
+
+def test_reset_empties_a_db_in_one_batch_and_keeps_the_format_key() -> None:
+    with deferred_store(preloaded={0: {b"s1": b"v", b"b1": b"w", b"\xff\xff": b"x"}}) as (
+        store,
+        dbs,
+    ):
+        dbs[0].db.put(FAUST_OFFSET_KEY, b"7")
+        reset_db(dbs[0])
+        assert dbs[0].data == {FORMAT_KEY: FORMAT} and dbs[0].writes == 3
+        reset_db(dbs[1])  # (empty: nothing written)
+        assert dbs[1].data == {} and dbs[1].writes == 0
 
 
 def test_cycles_commit_in_the_order_they_were_taken() -> None:

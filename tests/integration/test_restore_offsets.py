@@ -1,0 +1,132 @@
+"""Local state whose changelog offset lies outside its changelog is reset
+and rebuilt from the changelog, never used (issue 36): the topic was
+deleted and recreated (its offset is past the end; Faust would stop with a
+``ConsistencyError``), or records after it were deleted (before the log
+start: its tail cannot be replayed). Counted in offsets and records."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import pytest
+from aiokafka import TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient, RecordsToDelete
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+
+from seqkeeper.demo import publish, wait_until_verified
+from seqkeeper.settings import Settings
+from seqkeeper.topics import create_topics, end_offsets_of
+from seqkeeper.verification.workload import generate
+from seqkeeper.worker import WorkerProcess
+from tests.conftest import Broker
+from tests.integration.replays import local_offsets, replayed
+
+pytestmark = pytest.mark.integration
+
+
+def run(settings: Settings, log: Path, verify: bool = False) -> str:
+    """A worker started, restored (and, ``verify``: done with the input),
+    stopped cleanly; its log."""
+    worker = WorkerProcess(settings, log).start()
+    try:
+        if verify:
+            report = asyncio.run(wait_until_verified(settings, timeout=180, worker=worker))
+            assert report.ok, [(c.name, c.count, c.detail) for c in report.failures()]
+        else:
+            worker.wait_ready(timeout=180)
+    finally:
+        code = worker.stop()
+    assert code == 0, worker.log()[-3000:]
+    return worker.log()
+
+
+def reset_line(changelog: str, partition: int, local: int, why: str) -> str:
+    return (
+        f"changelog {changelog}/{partition}: the local state's offset {local:,} is {why}: "
+        "local state reset, rebuilt from the changelog"
+    )
+
+
+async def delete_topic(bootstrap: str, topic: str, timeout: float = 60.0) -> None:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        await admin.delete_topics([topic])
+        deadline = time.monotonic() + timeout
+        while topic in set(await admin.list_topics()):
+            assert time.monotonic() < deadline, f"{topic} still listed"
+            await asyncio.sleep(0.2)
+    finally:
+        await admin.close()
+
+
+def test_a_recreated_changelog_resets_the_local_state(make_settings, tmp_path: Path) -> None:
+    settings: Settings = make_settings(processing_guarantee="at_least_once")
+    bootstrap = settings.broker.bootstrap
+    asyncio.run(create_topics(bootstrap, settings.topics(), settings.broker.partitions))
+    changelog = f"{settings.group_id}-state-changelog"
+    w = generate(messages=1_000, keys=100, malformed=0, seed=364)
+    asyncio.run(publish(bootstrap, settings.ordered.input_topic, w.records))
+    run(settings, tmp_path / "w1.log", verify=True)
+    local = local_offsets(settings.runtime.data_dir)
+    assert local and all(offset >= 0 for offset in local.values()), local
+
+    asyncio.run(delete_topic(bootstrap, changelog))  # (the worker declares it again)
+    log = run(settings, tmp_path / "w2.log")
+    for partition, offset in local.items():
+        assert reset_line(changelog, partition, offset, "past the changelog's end 0") in log
+    assert "ConsistencyError" not in log, log[-3000:]
+    assert all(r.count == 0 for r in replayed(log).values()), replayed(log)
+    assert all(o == -1 for o in local_offsets(settings.runtime.data_dir).values())
+
+
+def test_deleted_records_after_the_local_offset_reset_the_local_state(
+    make_settings, tmp_path: Path, broker: Broker
+) -> None:
+    settings: Settings = make_settings(processing_guarantee="at_least_once")
+    bootstrap = settings.broker.bootstrap
+    asyncio.run(create_topics(bootstrap, settings.topics(), settings.broker.partitions))
+    changelog = f"{settings.group_id}-state-changelog"
+    w = generate(messages=2_000, keys=100, malformed=0, seed=365)
+    half = len(w.records) // 2
+    asyncio.run(publish(bootstrap, settings.ordered.input_topic, w.records[:half]))
+    run(settings, tmp_path / "w1.log", verify=False)
+    a_dir = settings.runtime.data_dir
+    # The first worker's state stays aside; another (its own data
+    # directory) processes the rest, so the changelog grows past it.
+    other = settings.with_overrides(data_dir=tmp_path / "other")
+    asyncio.run(publish(bootstrap, settings.ordered.input_topic, w.records[half:]))
+    run(other, tmp_path / "other.log", verify=True)
+    local = local_offsets(a_dir)
+    ends = asyncio.run(end_offsets_of(bootstrap, [changelog]))
+    cut = {tp: end - 1 for tp, end in ends.items()}  # all but each last record
+    assert all(cut[TopicPartition(changelog, p)] > o + 1 for p, o in local.items()), (cut, local)
+
+    async def delete_records() -> None:
+        admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+        await admin.start()
+        try:
+            # (a compacted topic refuses DeleteRecords; with retention too,
+            # records go as they would by retention)
+            policy = {"cleanup.policy": "compact,delete"}
+            await admin.alter_configs([ConfigResource(ConfigResourceType.TOPIC, changelog, policy)])
+            await admin.delete_records({tp: RecordsToDelete(at) for tp, at in cut.items()})
+        finally:
+            await admin.close()
+
+    try:
+        asyncio.run(delete_records())
+    except Exception as error:  # (the embedded broker has no DeleteRecords)
+        if broker.is_tansu:
+            pytest.skip(f"the embedded broker cannot delete records: {error!r}")
+        raise
+    log = run(settings, tmp_path / "w3.log")
+    replays = replayed(log)
+    for partition, offset in local.items():
+        start = cut[TopicPartition(changelog, partition)]
+        why = f"before the changelog's start {start:,}"
+        assert reset_line(changelog, partition, offset, why) in log, log[-3000:]
+        r = replays[partition]
+        assert (r.count, r.first, r.last) == (1, start, start), (partition, r)
