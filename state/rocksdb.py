@@ -45,7 +45,7 @@ from __future__ import annotations
 import itertools
 import logging
 import struct
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from seqkeeper.state.base import Change, ChangelogSink, LocalTable, Record
@@ -103,6 +103,34 @@ Layer = dict[bytes, bytes | None]
 def encode_offset(offset: int) -> bytes:
     """The value of :data:`FAUST_OFFSET_KEY`, as Faust writes and reads it."""
     return str(offset).encode()
+
+
+def apply_changelog(
+    db_for: Callable[[int], Any], records: Iterable[tuple[int, int, bytes, bytes | None]]
+) -> dict[int, int]:
+    """Apply changelog records ``(partition, offset, key, value)`` to their
+    partitions' DBs: per partition one ``WriteBatch`` of its records in
+    order and the offset of the last, so that a crash keeps either both or
+    neither (Faust's own apply path writes the offset in a separate put).
+    The last offset applied, per partition."""
+    from rocksdict import WriteBatch
+
+    batches: dict[int, Any] = {}
+    last: dict[int, int] = {}
+    for partition, offset, key, value in records:
+        batch = batches.get(partition)
+        if batch is None:
+            batch = batches[partition] = WriteBatch(raw_mode=True)
+        if value is None:
+            batch.delete(key)
+        else:
+            batch.put(key, value)
+        if offset > last.get(partition, -1):
+            last[partition] = offset
+    for partition, batch in batches.items():
+        batch.put(FAUST_OFFSET_KEY, encode_offset(last[partition]))
+        db_for(partition).write(batch)
+    return last
 
 
 def reset_db(db: Any) -> None:

@@ -27,6 +27,8 @@ Each module, its job, and the tests that fail without it:
   (``tests/integration/test_batch_source.py``, ``test_consumer.py``).
 - :mod:`.records`: aiokafka's fetcher yields record batches' own records
   (``tests/adapter/test_records.py``).
+- :mod:`.store`: the tables' RocksDB store applies changelog records and
+  their offset in one batch (``tests/adapter/test_store.py``).
 - :mod:`.recovery`: recovery resumes the input only once it was sought
   (``tests/integration/test_worker.py``: rebuilt from the changelog, no
   input lost), and tells its progress per partition
@@ -119,5 +121,6 @@ PRIVATE_MEMBERS: dict[str, frozenset[str]] = {
         }
     ),
     "tables": frozenset({"_db_for_partition", "_dbs", "_recovery", "_update_channels"}),
+    "store": frozenset({"_db_for_partition"}),
     "transport": frozenset({"_new_consumer_thread"}),
 }

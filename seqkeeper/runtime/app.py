@@ -27,6 +27,7 @@ from seqkeeper.adapter.diagnostics import install_diagnostics
 from seqkeeper.adapter.producer import PRODUCER_BATCH_BYTES
 from seqkeeper.adapter.recovery import watch_restores
 from seqkeeper.adapter.routing import own_url, owners
+from seqkeeper.adapter.store import STORE_URL
 from seqkeeper.adapter.tables import RocksTable, raw_table
 from seqkeeper.adapter.transactions import TransactionalProducers
 from seqkeeper.runtime.progress import (
@@ -54,7 +55,7 @@ def make_app(settings: Settings, app_id: str | None = None) -> App:
     app = App(
         app_id or settings.group_id,
         broker=[f"kafka://{server.strip()}" for server in settings.broker.bootstrap.split(",")],
-        store="rocksdb://",
+        store=STORE_URL,
         datadir=str(settings.runtime.data_dir),
         web_enabled=True,
         web_host=settings.runtime.web_host,

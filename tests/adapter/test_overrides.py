@@ -13,8 +13,18 @@ from faust.tables.recovery import Recovery
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TP
 
-from seqkeeper.adapter import batches, commit, getmany, highwater, options, recovery, tables
+from seqkeeper.adapter import (
+    batches,
+    commit,
+    getmany,
+    highwater,
+    options,
+    recovery,
+    store,
+    tables,
+)
 from seqkeeper.adapter.records import RawTopics
+from seqkeeper.adapter.tables import raw_table
 from seqkeeper.adapter.transport import Consumer
 from seqkeeper.runtime.app import make_app, raw_topic
 from seqkeeper.settings import Settings
@@ -44,6 +54,8 @@ def test_the_app_runs_every_override(tmp_path: Path) -> None:
         assert isinstance(app.tables, tables.TableManager)
         assert isinstance(app.tables.recovery, recovery.SeekFirstRecovery)
         assert isinstance(app.tables.recovery, Recovery)
+        table = raw_table(app, "state", 2)
+        assert isinstance(table.data, store.RocksStore)
 
     asyncio.run(main())
 
