@@ -21,6 +21,8 @@ from faust.types import TP
 from faust.types.tuples import ack_lock
 from mode.utils.futures import notify
 
+from seqkeeper.adapter.recovery import BatchRestore
+
 
 class BatchFetchConsumer(faust_aiokafka.Consumer):
     """Faust's consumer whose fetch loop serves batch sources."""
@@ -42,8 +44,9 @@ class BatchFetchConsumer(faust_aiokafka.Consumer):
 
         Kept from Faust: read offsets, gap tracking for compacted offsets (or
         transaction markers), ``commit_every``, the flow and generation
-        checks, and the per-record path for every other topic (table
-        changelogs during recovery). Acks are the agent's (:func:`ack_batch`):
+        checks, and the per-record path for every other topic (a standby's
+        changelog partitions). A restore's active changelog partitions are
+        applied a fetch at a time too (:class:`~seqkeeper.adapter.recovery.BatchRestore`). Acks are the agent's (:func:`ack_batch`):
         an offset is committed only after its record was processed, as on
         Faust's own path.
         A batch put while the flow is suspended (rebalance) is abandoned like
@@ -61,6 +64,7 @@ class BatchFetchConsumer(faust_aiokafka.Consumer):
         set_read_offset = self._read_offset.__setitem__
         acks_enabled_for = self.app.topics.acks_enabled_for
         suspended = self.suspend_flow.wait
+        restore = BatchRestore(self.app)
         try:
             while not (consumer_should_stop() or fetcher_should_stop()):
                 self.diag.set_flag(CONSUMER_FETCHING)
@@ -98,6 +102,10 @@ class BatchFetchConsumer(faust_aiokafka.Consumer):
                         if found is None:
                             found = fetched[tp.topic] = Fetched(generation_id, [])
                         found.partitions.append((tp, batch))
+                        set_read_offset(tp, batch[-1].offset)
+                        continue
+                    if restore.takes(tp):  # a table's restore, the fetch at once
+                        restore.apply(tp, batch)
                         set_read_offset(tp, batch[-1].offset)
                         continue
                     for record in batch:  # Faust's own path, one record at a time

@@ -124,14 +124,16 @@ class Replays:
         #: (role, partition) -> what it applied since the last report
         self.since: dict[tuple[str, int], Replay] = {}
 
-    def add(self, role: str, partition: int, offset: int) -> None:
-        """One record of ``partition``, at ``offset``, applied as ``role``."""
+    def add(self, role: str, partition: int, offset: int, count: int = 1, first: int = -1) -> None:
+        """``count`` records of ``partition`` up to ``offset`` (from
+        ``first``; one record: itself) applied as ``role``."""
         replay = self.since.get((role, partition))
         if replay is None:
-            replay = self.since[(role, partition)] = Replay(offset, offset)
-        replay.count += 1
+            start = offset if count == 1 or first < 0 else first
+            replay = self.since[(role, partition)] = Replay(start, offset)
+        replay.count += count
         replay.last = offset
-        self.totals[role] = self.totals.get(role, 0) + 1
+        self.totals[role] = self.totals.get(role, 0) + count
 
     def report(self, local: Mapping[tuple[str, int], int | None]) -> list[str]:
         """The lines of a completed recovery, and start over: one per
@@ -229,6 +231,7 @@ def raw_table(app: faust.App, name: str, partitions: int, **kwargs: Any) -> Any:
         **kwargs,
     )
     counter.table = table
+    table.replay_counter = counter  # (batch restores count through it: adapter.recovery)
     # Faust derives a table's serializers from its types ("json" for bytes);
     # its store and changelog topic are created lazily, after this.
     table.key_serializer = table.value_serializer = "raw"

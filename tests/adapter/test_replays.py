@@ -85,6 +85,18 @@ def test_each_report_counts_from_the_last_one_and_the_totals_from_the_start() ->
     assert replays.report({}) == ["table state: replayed 0 changelog records (0 active, 0 standby)"]
 
 
+def test_a_fetch_applied_at_once_counts_as_its_records() -> None:
+    """A batch restore (adapter.recovery.BatchRestore) tells a fetch's
+    records at once: the same line as one record at a time."""
+    replays = Replays("state")
+    replays.add(ACTIVE, 0, 1_999, count=2_000, first=0)
+    replays.add(ACTIVE, 0, 2_999, count=1_000, first=2_000)
+    assert replays.report({(ACTIVE, 0): 2_999})[0] == (
+        "table state: partition 0 (active) replayed 3,000 changelog records, offsets 0 → 2,999"
+    )
+    assert replays.totals[ACTIVE] == 3_000
+
+
 @given(
     st.lists(
         st.tuples(st.sampled_from([ACTIVE, STANDBY]), st.integers(0, 3), st.integers(1, 3)),

@@ -124,3 +124,17 @@ def committed_writes(settings: Settings) -> dict[int, set[tuple[bytes, bytes]]]:
         if record.value is not None:
             found.setdefault(record.partition, set()).add((record.key, record.value))
     return found
+
+
+def changelog_state(settings: Settings, isolation: str) -> dict[int, dict[bytes, bytes]]:
+    """Per partition, the state the state changelog describes: its records
+    applied in order, the last write of a key winning."""
+    topic = f"{settings.group_id}-state-changelog"
+    state: dict[int, dict[bytes, bytes]] = {}
+    for record in asyncio.run(read_topic(settings.broker.bootstrap, topic, isolation=isolation)):
+        entries = state.setdefault(record.partition, {})
+        if record.value is None:
+            entries.pop(record.key, None)
+        else:
+            entries[record.key] = record.value
+    return state

@@ -27,7 +27,15 @@ from seqkeeper.settings import Settings
 from seqkeeper.topics import create_topics
 from seqkeeper.verification.workload import generate
 from seqkeeper.worker import WorkerProcess
-from tests.integration.replays import Replayed, changelog_of, guarantee, number, replayed
+from tests.integration.replays import (
+    Replayed,
+    changelog_of,
+    changelog_state,
+    guarantee,
+    local_state,
+    number,
+    replayed,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -150,8 +158,11 @@ def test_a_rebuild_from_the_changelog_shows_its_progress(make_settings, tmp_path
     assert gauge_of(metrics) == {(changelog, 0): 0.0, (changelog, 1): 0.0}, metrics
 
     # Once restored, per partition: the whole changelog partition replayed,
-    # and the counter of replayed records says as much.
+    # and the counter of replayed records says as much; the local state is
+    # the changelog's (applied a fetch at a time: adapter.recovery.BatchRestore).
     check_rebuilt(log, mode, offsets, ends)
+    isolation = "read_committed" if mode == "exactly_once" else "read_uncommitted"
+    assert local_state(settings.runtime.data_dir) == changelog_state(settings, isolation)
     total = sum(len(o) for o in offsets.values())
     assert f'seqkeeper_changelog_replayed_total{{role="active"}} {total}.0' in metrics, metrics
     assert 'seqkeeper_changelog_replayed_total{role="standby"} 0.0' in metrics, metrics
