@@ -94,6 +94,13 @@ def integer(text: str) -> int:
         raise ValueError("expected a whole number") from None
 
 
+def non_negative_integer(text: str) -> int:
+    value = integer(text)
+    if value < 0:
+        raise ValueError("expected a whole number of at least 0")
+    return value
+
+
 def positive_integer(text: str) -> int:
     value = integer(text)
     if value < 1:
@@ -249,6 +256,15 @@ class RuntimeSettings:
         "",
         "Static group membership: a name unique to this worker and stable across its "
         "restarts (e.g. the pod name); a restart then causes no rebalance. Empty: dynamic.",
+    )
+    standby_replicas: int = var(
+        "SEQKEEPER_STANDBY_REPLICAS",
+        "0",
+        "Warm copies of each partition's state kept by other workers (Faust's "
+        "table_standby_replicas): when a partition moves to a worker that has one, it "
+        "replays only the changelog records its copy lacks. Each copy costs its worker "
+        "the reads of that partition's changelog.",
+        non_negative_integer,
     )
     log_level: str = var(
         "SEQKEEPER_LOG_LEVEL",

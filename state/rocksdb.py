@@ -110,9 +110,10 @@ def apply_changelog(
 ) -> dict[int, int]:
     """Apply changelog records ``(partition, offset, key, value)`` to their
     partitions' DBs: per partition one ``WriteBatch`` of its records in
-    order and the offset of the last, so that a crash keeps either both or
-    neither (Faust's own apply path writes the offset in a separate put).
-    The last offset applied, per partition."""
+    order and the offset of the last (and the format key: a standby's DB is
+    never adopted), so that a crash keeps either both or neither (Faust's
+    own apply path writes the offset in a separate put). The last offset
+    applied, per partition."""
     from rocksdict import WriteBatch
 
     batches: dict[int, Any] = {}
@@ -129,6 +130,7 @@ def apply_changelog(
             last[partition] = offset
     for partition, batch in batches.items():
         batch.put(FAUST_OFFSET_KEY, encode_offset(last[partition]))
+        batch.put(FORMAT_KEY, FORMAT)
         db_for(partition).write(batch)
     return last
 

@@ -58,10 +58,11 @@ def misplaced(local: int | None, last: int | None, start: int | None) -> str | N
 
 
 class BatchRestore:
-    """Restores the active changelog partitions of seqkeeper's tables from
-    whole fetches (:class:`seqkeeper.adapter.batches.BatchFetchConsumer`):
-    each fetched partition's records go to its RocksDB as one batch with
-    their offset (:func:`~seqkeeper.state.rocksdb.apply_changelog`).
+    """Restores the changelog partitions of seqkeeper's tables, active and
+    standby, from whole fetches
+    (:class:`seqkeeper.adapter.batches.BatchFetchConsumer`): each fetched
+    partition's records go to its RocksDB as one batch with their offset
+    (:func:`~seqkeeper.state.rocksdb.apply_changelog`).
 
     Faust hands a changelog record to its table one at a time (a Faust
     message, a callback and its tasks, the changelog queue, the recovery
@@ -70,24 +71,29 @@ class BatchRestore:
     keeps it (``active_offsets``; records at or below them are skipped), the
     table's replay accounting is told, and the recovery's end is signalled
     as soon as no active partition needs more (Faust's loop notices it only
-    on its queue's five-second timeout). Standby partitions stay on Faust's
-    path."""
+    on its queue's five-second timeout). A standby partition (Faust's
+    ``table_standby_replicas``) is read along with the input by the
+    worker's one consumer for as long as it is assigned: at Faust's cost
+    per record it could not keep up with a busy peer."""
 
     def __init__(self, app: Any) -> None:
         self.app = app
 
     def takes(self, tp: TP) -> bool:
-        """Whether ``tp`` is restored here: an active changelog partition of
-        a table on seqkeeper's store."""
+        """Whether ``tp`` is restored here: an active or standby changelog
+        partition of a table on seqkeeper's store."""
         recovery = self.app.tables.recovery
-        if tp not in recovery.active_tps:
+        if tp not in recovery.active_tps and tp not in recovery.standby_tps:
             return False
         table = recovery.tp_to_table.get(tp)
         return table is not None and isinstance(table.data, RocksStore)
 
     def apply(self, tp: TP, records: list[Any]) -> None:
         recovery = self.app.tables.recovery
-        seen = recovery.active_offsets.get(tp)
+        # (Faust's order: an active first)
+        active = tp in recovery.active_tps
+        offsets = recovery.active_offsets if active else recovery.standby_offsets
+        seen = offsets.get(tp)
         if seen is not None and records and records[0].offset <= seen:
             records = [r for r in records if r.offset > seen]
         if records:
@@ -97,11 +103,12 @@ class BatchRestore:
                 ((tp.partition, r.offset, r.key, r.value) for r in records),
             )
             last = records[-1].offset
-            recovery.active_offsets[tp] = last
+            offsets[tp] = last
             counter = getattr(table, "replay_counter", None)
             if counter is not None:
-                counter.replays.add("active", tp.partition, last, len(records), records[0].offset)
-        if recovery.in_recovery and not recovery.need_recovery():
+                role = "active" if active else "standby"
+                counter.replays.add(role, tp.partition, last, len(records), records[0].offset)
+        if active and recovery.in_recovery and not recovery.need_recovery():
             recovery.flush_buffers()  # (standbys' records on Faust's path)
             recovery._set_recovery_ended()
             recovery.signal_recovery_end.set()

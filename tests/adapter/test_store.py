@@ -18,7 +18,13 @@ from typing import Any
 from rocksdict import AccessType, Options, Rdict
 
 from seqkeeper.adapter.store import STORE_URL, RocksStore
-from seqkeeper.state.rocksdb import FAUST_OFFSET_KEY, apply_changelog
+from seqkeeper.state.rocksdb import (
+    FAUST_OFFSET_KEY,
+    FORMAT,
+    FORMAT_KEY,
+    META_KEYS,
+    apply_changelog,
+)
 
 
 class Recording:
@@ -42,11 +48,12 @@ def test_one_write_per_partition_holding_its_records_and_offset(tmp_path: Path) 
     )
     assert last == {0: 12, 1: 4}
     assert [len(d.writes) for d in dbs.values()] == [1, 1]
-    assert dbs[0].writes[0].len() == 4 and dbs[1].writes[0].len() == 2  # (+ the offset)
+    # (+ the offset and the format key)
+    assert dbs[0].writes[0].len() == 5 and dbs[1].writes[0].len() == 3
     db = Rdict(str(tmp_path / "db"), Options(raw_mode=True))
     try:
         db.write(dbs[0].writes[0])
-        assert dict(db.items()) == {b"c": b"3", FAUST_OFFSET_KEY: b"12"}
+        assert dict(db.items()) == {b"c": b"3", FAUST_OFFSET_KEY: b"12", FORMAT_KEY: FORMAT}
     finally:
         db.close()
 
@@ -94,7 +101,7 @@ def test_kill_9_during_applies_keeps_records_and_offset_together(tmp_path: Path)
         db = Rdict(str(path), Options(raw_mode=True), access_type=AccessType.read_only(False))
         try:
             offset = int(db[FAUST_OFFSET_KEY])
-            values = {k: int(v) for k, v in db.items() if k != FAUST_OFFSET_KEY}
+            values = {k: int(v) for k, v in db.items() if k not in META_KEYS}
         finally:
             db.close()
         assert offset + 1 >= printed  # every batch printed was kept
