@@ -21,6 +21,35 @@ deletions first): its emission is durable, and it is not emitted again.
 The caller names the sequences to delete (those it saw released), so a
 confirmation never scans the buffer.
 
+Start-up: after a crash or a move the shell looks only at the keys with
+buffer entries (``OrderedTopology.on_assigned``), because every key with
+work has one:
+
+* a gap deadline needs ``buffered > 0``, and each waiting message has its
+  entry (written before the state that counts it; a confirmation deletes
+  only released sequences, below ``next_expected``); so the keys without
+  entries add 0 to the buffered count;
+* of ``confirmed .. next_expected - 1``, each message is in the buffer or
+  durable (its confirmation deleted it), and each gap marker is emitted by
+  the step that releases the message right after its range (or, skipping
+  onto an uncounted entry on overflow, leaves that entry waiting): a key
+  with no entry at all emitted nothing there that is not durable, since
+  the batch holding a marker was produced no later than the one whose
+  confirmation deleted the message after it. :func:`pending` would emit
+  such a key's markers again (its ``confirmed`` is older than those
+  deletions: a crash or a move lost it, see ``state.stores``); the shell
+  leaves the key out instead.
+
+The count stays within the entries as long as a waiting message's id is
+remembered while it waits (by default ids are kept 7 days and 100,000 per
+key; a gap holds messages 5 s of stream time, 10,000 per key). If a
+redelivery outlives its id, :func:`offer` counts the message a second
+time, and once its entries are released the key may keep ``buffered > 0``
+with no entry: the start-up then arms no timer for it and leaves its count
+out of the partition's total, until the key's next step arms one and
+:func:`expire` sets the count to 0 (taking it off a total that never held
+it: the total is that much low until the next assignment).
+
 Rules:
 
 * ``seq == next_expected``: released, then contiguous successors are drained.

@@ -328,6 +328,19 @@ class Stores:
         index = orjson.loads(raw)
         return list(index["keys"]), int(index["buffered"])
 
+    def buffered_keys(self, partition: int) -> Iterator[str]:
+        """The keys with reorder-buffer entries in a partition (messages
+        waiting, or released and not yet confirmed), each once, in store
+        order (the order of :meth:`key_states`): the keys a start-up without
+        a clean stop's index looks at. O(buffer entries); nothing decoded
+        but each key's name."""
+        last = b""
+        for store_key, _ in self.state.items(partition, codecs.BUFFER):
+            prefix = store_key[:-8]  # (family, key; then the 8-byte sequence)
+            if prefix != last:
+                last = prefix
+                yield codecs.key_of(store_key)
+
     def key_states(
         self, partition: int, after: str | None = None
     ) -> Iterator[tuple[str, KeyState, SeenWindow]]:

@@ -115,6 +115,9 @@ class OrderedTopology(OutboxOwner):
         self.outbox = Batch()
         self.on_output: Callable[[], None] = lambda: None  # wakes the outbox cycle
         self.metrics = Metrics()
+        #: start-up without a clean stop's index: read every key's state
+        #: rather than the keys with reorder-buffer entries (:meth:`on_assigned`)
+        self.scan_every_key = False
         self.stage: ProcessorStage | None = None
         if processor is not None:
             self.stage = ProcessorStage(
@@ -286,7 +289,19 @@ class OrderedTopology(OutboxOwner):
         """After every assignment (start, restart, rebalance): rebuild the
         timer index and buffer counts from the key states, and emit again
         what the previous owner (or this worker before a crash) emitted but
-        never confirmed. Stream clocks and progress start afresh."""
+        never confirmed. Stream clocks and progress start afresh.
+
+        The keys looked at: after a clean stop, those it named
+        (:meth:`save_index`); otherwise (a crash, a move) those with
+        reorder-buffer entries, which are all the keys with work
+        (:mod:`processors.resequencer`, "Start-up"): a key without one has
+        nothing waiting, so no gap deadline and a buffered count of 0, and
+        nothing to emit again but, when a confirmation's new ``confirmed``
+        was lost after it deleted the key's released messages, the gap
+        markers of that range, which are durable already. Such a key is
+        left as it is (its markers are not emitted again, its ``confirmed``
+        catches up with its next confirmation), where reading every key's
+        state (:attr:`scan_every_key`) would emit them again."""
         self.generation += 1
         self.owned = set(partitions)
         self.stores.settle(partitions)  # kept: this worker's writes, in order
@@ -303,10 +318,17 @@ class OrderedTopology(OutboxOwner):
         for partition in sorted(partitions):
             self.timers.drop(partition)
             index = self.stores.take_index(partition)
-            if index is None:  # every key's state (O(keys))
-                states: Iterable[tuple[str, KeyState, Any]] = self.stores.key_states(partition)
-            else:  # after a clean stop: the keys it named
+            states: Iterable[tuple[str, KeyState, Any]]
+            if index is not None:  # after a clean stop: the keys it named
                 states = ((k, *self.stores.load(partition, k)) for k in index[0])
+                how = "the keys named at the clean stop"
+            elif self.scan_every_key:  # O(keys)
+                states = self.stores.key_states(partition)
+                how = "every key's state"
+            else:  # after an unclean stop or a move: O(buffer entries)
+                keys = self.stores.buffered_keys(partition)
+                states = ((k, *self.stores.load(partition, k)) for k in keys)
+                how = "keys with reorder-buffer entries"
             total = looked = 0
             for key, state, _ in states:
                 looked += 1
@@ -317,7 +339,6 @@ class OrderedTopology(OutboxOwner):
                 if state.confirmed is not None and state.confirmed != state.next_expected:
                     again += self.emit_again(partition, key, state)
             self.buffered[partition] = total if index is None else index[1]
-            how = "every key's state" if index is None else "the keys named at the clean stop"
             log.info("partition %d: looked at %d keys (%s)", partition, looked, how)
         self.total_buffered = sum(self.buffered.values())
         self.metrics.buffered.set(self.total_buffered)
