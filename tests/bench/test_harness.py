@@ -199,4 +199,5 @@ def test_restart_after_kill_9_replays_the_changelog_after_the_local_offsets(
     assert steps["assignments"] == 1
     order = ["joining", "joined", "synced", "assigned", "recovered", "scanned", "ready"]
     assert [steps[k] for k in order] == sorted(steps[k] for k in order), steps
-    assert steps["ready"] <= steps["first output"], steps
+    assert steps["ready"] <= steps["first output"] <= steps["first new output"], steps
+    assert steps["first new output"] == killed.value
