@@ -127,3 +127,8 @@ def test_deleted_data_dir_is_rebuilt_from_changelog(
     counts = replayed(log)
     assert counts["state"] > 0, counts
     assert "(the keys named at the clean stop)" not in log  # no local state, no index
+    # without an index: the keys with reorder-buffer entries, not every key's state
+    assert log.count("(keys with reorder-buffer entries)") == settings.broker.partitions, log[
+        -3000:
+    ]
+    assert "(every key's state)" not in log
