@@ -374,8 +374,9 @@ def chaos(
     scenario: Annotated[
         Optional[list[str]],
         typer.Option(
-            help="Run only these (repeatable): kill, freeze, failover, corpus, local-state, "
-            "commands, zombie. On a broker with transactions kill, freeze and failover run "
+            help="Run only these (repeatable): kill, kill-static, freeze, failover, corpus, "
+            "local-state, commands, zombie. On a broker with transactions kill, kill-static, "
+            "freeze and failover run "
             "under at_least_once and again under exactly_once (verified read_committed, "
             "no re-emission allowed); zombie needs one."
         ),

@@ -4,7 +4,11 @@ broker, and the outputs verified — nothing lost, per-key order never broken.
 Scenarios (each on its own topics and app id, so they share one broker):
 
 * ``kill``        — ``kill -9`` the ordered worker at random moments while a
-  shuffled, duplicated workload flows in; restart it each time.
+  shuffled, duplicated workload flows in; restart it each time. A new
+  group member: the group waits for the dead one's session to expire.
+* ``kill-static`` — the same with static group membership
+  (``SEQKEEPER_INSTANCE_ID``): the restarted worker takes the dead one's
+  place at once.
 * ``freeze``      — freeze the broker (SIGSTOP) mid-run, then resume it
   (needs a broker started here, embedded or from KAFKA_HOME: the process must be ours to stop).
 * ``failover``    — two workers; ``kill -9`` one; the survivor takes its
@@ -22,7 +26,7 @@ Scenarios (each on its own topics and app id, so they share one broker):
   read_committed reader sees twice.
 
 Processing guarantees: on a broker with transactions, the ordered scenarios
-(``kill``, ``freeze``, ``failover``) run twice, under ``at_least_once``
+(``kill``, ``kill-static``, ``freeze``, ``failover``) run twice, under ``at_least_once``
 (verified read_uncommitted: identical re-emissions are allowed and counted)
 and under ``exactly_once`` (verified read_committed: no re-emission at all);
 on a broker without transactions only under ``at_least_once``. The other
@@ -104,9 +108,18 @@ LONG = Scale(
 SHORT = Scale(
     messages=3_000, keys=60, kills=3, freeze=5.0, commands=200, command_kills=2, others=3_000
 )
-SCENARIOS = ("kill", "freeze", "failover", "corpus", "local-state", "commands", "zombie")
+SCENARIOS = (
+    "kill",
+    "kill-static",
+    "freeze",
+    "failover",
+    "corpus",
+    "local-state",
+    "commands",
+    "zombie",
+)
 #: the scenarios run under each guarantee on a broker with transactions
-BOTH_GUARANTEES = ("kill", "freeze", "failover")
+BOTH_GUARANTEES = ("kill", "kill-static", "freeze", "failover")
 #: the scenarios verified as exactly-once (read_committed, no re-emission):
 #: the report's exactly_once column (the others run once, under the
 #: configured guarantee, verified as under at_least_once)
@@ -118,6 +131,7 @@ NO_TRANSACTIONS = "n/a (no transactions)"
 #: test holds them equal)
 TITLES = {
     "kill": "kill -9 the worker",
+    "kill-static": "kill -9 the worker, static membership",
     "freeze": "broker frozen (SIGSTOP)",
     "failover": "two workers, one killed",
     "corpus": "bad-input corpus",
@@ -467,10 +481,22 @@ class Chaos:
         return configured
 
     def scenario_kill(self) -> Outcome:
+        return self.kills(Outcome("kill -9 the worker"), self.prepared("kill"))
+
+    def scenario_kill_static(self) -> Outcome:
+        """As ``kill``, with static group membership (``SEQKEEPER_INSTANCE_ID``,
+        as deployed for fast restarts): the restarted worker takes the dead
+        one's place in the group at once, where a new member waits for the
+        dead one's session to expire."""
+        s = self.prepared("kill-static", instance_id="chaos-worker")  # (a new group each run)
+        return self.kills(Outcome("kill -9 the worker, static membership"), s)
+
+    def kills(self, out: Outcome, s: Settings) -> Outcome:
+        """The kill scenarios: kill -9 a worker ``kills`` times while input
+        flows, restart it each time, then verify the output."""
         sc = self.scale
-        s = self.prepared("kill")
         work = generate(messages=sc.messages, keys=sc.keys, malformed=24, seed=self.seed)
-        out = Outcome("kill -9 the worker", messages=len(work.records))
+        out.messages = len(work.records)
         # input flows during the kills (about 20 s per cycle)
         publisher = self.publish_in_background(
             s, s.ordered.input_topic, work.records, sc.kills * 20.0
