@@ -367,6 +367,15 @@ async def _first_new_output(
         await consumer.stop()
 
 
+async def _committed_input(bootstrap: str, group: str, source: str) -> int:
+    """The input records of ``source`` that ``group`` has committed."""
+    count = await _committed_counter(bootstrap, group, source)
+    try:
+        return await count()
+    finally:
+        await count.close()
+
+
 def _catching(call: Callable[[], None], failed: list[BaseException]) -> Callable[[], None]:
     """``call``, keeping what it raises in ``failed`` (run in a thread)."""
 
@@ -823,6 +832,8 @@ class Bench:
             for tp, end in asyncio.run(end_offsets_of(self.bootstrap, [ordered])).items()
         }
         before = sum(starts.values())
+        group, source = s.group_id, s.ordered.input_topic
+        read = asyncio.run(_count(self.bootstrap, source))  # input before this one
         records = [
             (
                 f"s{k:07d}".encode(),
@@ -833,6 +844,7 @@ class Bench:
         asyncio.run(publish(self.bootstrap, s.ordered.input_topic, records))
         measure_output(self.bootstrap, ordered, before + more // 2, w.running, self.timeout(more))
         w.kill()
+        committed = asyncio.run(_committed_input(self.bootstrap, group, source))
         local = local_offsets(s.runtime.data_dir)
         ends = changelog_ends(self.bootstrap, s)
         at_kill = {
@@ -866,6 +878,13 @@ class Bench:
                 "changelog records": sum(ends.values()),
                 "input after the state": more,
                 "its outputs before the kill": len(known),
+                # Every earlier message was processed, and each of this
+                # input's has one output: so much input at least was
+                # processed before the kill; what of it was not committed is
+                # read again after the restart (it outputs nothing new).
+                "input processed before the kill, at least": read + len(known),
+                "input committed before the kill": committed,
+                "read again after the restart, at least": read + len(known) - committed,
                 "local state kept": "is kept" in log,
                 "emitted again (log)": sum(
                     int(n) for n in re.findall(r"emitting (\d+) unconfirmed ordered", log)
