@@ -841,7 +841,7 @@ class Bench:
             )
             for k in range(1, more + 1)
         ]
-        asyncio.run(publish(self.bootstrap, s.ordered.input_topic, records))
+        asyncio.run(publish(self.bootstrap, source, records))
         measure_output(self.bootstrap, ordered, before + more // 2, w.running, self.timeout(more))
         w.kill()
         committed = asyncio.run(_committed_input(self.bootstrap, group, source))
@@ -860,7 +860,7 @@ class Bench:
             asyncio.run(
                 publish(
                     self.bootstrap,
-                    s.ordered.input_topic,
+                    source,
                     [(b"s0000000", orjson.dumps({"messageId": "after", "seq": 3, "type": "t"}))],
                 )
             )
@@ -887,7 +887,7 @@ class Bench:
                 "read again after the restart, at least": read + len(known) - committed,
                 "local state kept": "is kept" in log,
                 "emitted again (log)": sum(
-                    int(n) for n in re.findall(r"emitting (\d+) unconfirmed ordered", log)
+                    int(c) for c in re.findall(r"emitting (\d+) unconfirmed ordered", log)
                 ),
                 "re-emitted outputs before the first new one": reemitted,
                 "checkpoint records": CHECKPOINT_RECORDS,
@@ -903,7 +903,7 @@ class Bench:
             + ", ".join(f"{k} {v:.1f}" for k, v in steps.items() if k != "assignments")
         )
         return Figure(
-            f"restart after kill -9 to first output, {n:,} keys of state, {PINNED}",
+            f"restart after kill -9 to first output of new input, {n:,} keys of state, {PINNED}",
             took,
             "s",
             f"< {RESTART_S:g} s",

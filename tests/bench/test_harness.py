@@ -109,7 +109,7 @@ def test_smoke_run_writes_every_figure(broker, spark, tmp_path) -> None:
         "limit + write-ahead, latency p99",
         "buffered on one key",
         "restart to first output",
-        "restart after kill -9 to first output",
+        "restart after kill -9 to first output of new input",
         "peak RSS",
         "Spark data source",
         "compaction",
