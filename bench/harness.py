@@ -36,8 +36,16 @@ import orjson
 from aiokafka import TopicPartition
 
 from seqkeeper.adapter.offsets import as_topic_partitions, committed_ends
-from seqkeeper.adapter.producer import BatchProducer
-from seqkeeper.bench.restarts import local_offsets, looked_at, phases, replay_detail
+from seqkeeper.adapter.producer import BatchProducer, Partitioner
+from seqkeeper.bench.restarts import (
+    local_offsets,
+    looked_at,
+    phases,
+    replay_detail,
+    replayed,
+    roles,
+    since,
+)
 from seqkeeper.broker import die_with_parent, free_port
 from seqkeeper.demo import publish
 from seqkeeper.settings import Settings
@@ -161,6 +169,10 @@ LATENCY_P99_MS = 100
 #: seconds of a restart, after a clean stop and after ``kill -9`` (the
 #: issue's scale: 1,000,000 keys of state, about 5 M changelog records).
 RESTART_S = 15.0
+
+#: Issue 36's line for a failover to a standby replica: from the survivor's
+#: assignment of the dead worker's partitions to their first output.
+FAILOVER_S = 5.0
 
 #: Seconds without a new output record before a measurement gives up.
 STALL = 180.0
@@ -374,6 +386,157 @@ async def _committed_input(bootstrap: str, group: str, source: str) -> int:
         return await count()
     finally:
         await count.close()
+
+
+async def _flowing(
+    bootstrap: str,
+    topic: str,
+    records: Sequence[tuple[bytes | None, bytes | None]],
+    stop: threading.Event,
+) -> None:
+    """Publish ``records`` to ``topic`` in chunks of 1,000, one every 50 ms
+    (up to 20,000 records per second: input flowing while a worker is
+    killed), until they are all out or ``stop`` is set."""
+    from aiokafka import AIOKafkaProducer
+
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5, acks="all")
+    await producer.start()
+    try:
+        for i in range(0, len(records), 1_000):
+            if stop.is_set():
+                return
+            sent = [
+                await producer.send(topic, value, key=key) for key, value in records[i : i + 1_000]
+            ]
+            await asyncio.gather(*sent)
+            await asyncio.sleep(0.05)
+    finally:
+        await producer.stop()
+
+
+async def _first_new_per_partition(
+    bootstrap: str,
+    topic: str,
+    start: dict[int, int],
+    at_kill: dict[int, int],
+    alive: Callable[[], bool],
+    timeout: float,
+) -> dict[int, tuple[float, float, int]]:
+    """Reading partitions ``start`` (partition -> offset) of ``topic``: the
+    records before ``at_kill`` (partition -> offset) were written before a
+    kill; per partition, when (Unix time) the first record after them came
+    and the first not among them (key and value: an at-least-once
+    re-emission is byte-identical), and how many re-emissions came before
+    that one."""
+    from aiokafka import AIOKafkaConsumer
+
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap, enable_auto_commit=False, fetch_max_wait_ms=20
+    )
+    await consumer.start()
+    try:
+        tps = [TopicPartition(topic, p) for p in sorted(start)]
+        consumer.assign(tps)
+        for tp in tps:
+            consumer.seek(tp, start[tp.partition])
+        known: dict[int, set[tuple[bytes | None, bytes | None]]] = {p: set() for p in start}
+        first: dict[int, float] = {}
+        found: dict[int, tuple[float, float, int]] = {}
+        seen = dict.fromkeys(start, 0)
+        deadline = time.monotonic() + timeout
+        while len(found) < len(start):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{topic}: no new output on {set(start) - set(found)}")
+            got = await consumer.getmany(timeout_ms=50)
+            now = time.time()
+            for tp, records in got.items():
+                p = tp.partition
+                for r in records:
+                    if p in found:
+                        break
+                    if r.offset < at_kill[p]:
+                        known[p].add((r.key, r.value))
+                        continue
+                    first.setdefault(p, now)
+                    if (r.key, r.value) in known[p]:
+                        seen[p] += 1
+                    else:
+                        found[p] = (first[p], now, seen[p])
+            if not alive():
+                raise RuntimeError(f"the process writing {topic} died")
+        return found
+    finally:
+        await consumer.stop()
+
+
+def _settled(
+    workers: list[WorkerProcess], partitions: int, replicas: int, timeout: float = 180.0
+) -> list[dict[str, set[int]]]:
+    """Wait until ``workers`` share the ``partitions`` as their last
+    recovery reports say: each active for some, together for each once
+    (and each standby for some, with ``replicas``); what each holds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        held = [roles(w.log()) for w in workers]
+        actives = [h["active"] for h in held]
+        if (
+            all(actives)
+            and sum(len(x) for x in actives) == partitions
+            and set().union(*actives) == set(range(partitions))
+            and (not replicas or all(h["standby"] for h in held))
+        ):
+            return held
+        for w in workers:
+            w.check_alive()
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the workers did not share the partitions: {held}")
+        time.sleep(0.2)
+
+
+def _standby_applied(worker: WorkerProcess) -> int:
+    """The standby changelog records ``worker`` applied since it started
+    (``seqkeeper_changelog_replayed_total{role="standby"}`` of its ``/metrics``)."""
+    import urllib.request
+
+    url = f"http://127.0.0.1:{worker.settings.runtime.web_port}/metrics"
+    with urllib.request.urlopen(url, timeout=10) as answer:  # noqa: S310 - our own worker
+        text = answer.read().decode()
+    m = re.search(r'^seqkeeper_changelog_replayed_total\{role="standby"\} (\S+)$', text, re.M)
+    return int(float(m.group(1))) if m else 0
+
+
+def _wait_applied(worker: WorkerProcess, want: int, timeout: float) -> bool:
+    """Wait until ``worker``'s standbys applied ``want`` changelog records;
+    whether they did within ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while _standby_applied(worker) < want:
+        worker.check_alive()
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.2)
+    return True
+
+
+def _still(look: Callable[[], Any], timeout: float = 60.0) -> Any:
+    """What ``look()`` says once it says the same twice, 0.5 s apart (or
+    after ``timeout`` seconds)."""
+    deadline = time.monotonic() + timeout
+    last = look()
+    while time.monotonic() < deadline:
+        time.sleep(0.5)
+        now = look()
+        if now == last:
+            break
+        last = now
+    return last
+
+
+def _cpu_seconds(pid: int | None) -> float:
+    """User and system CPU seconds the process has used so far."""
+    if pid is None:
+        return 0.0
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _catching(call: Callable[[], None], failed: list[BaseException]) -> Callable[[], None]:
@@ -911,6 +1074,252 @@ class Bench:
             detail,
         )
 
+    # -- failover to a standby replica, and what standbys cost -------------------------
+
+    def pair(self, s: Settings, tag: str, suffix: str = "") -> tuple[WorkerProcess, WorkerProcess]:
+        """Workers A and B of ``s``'s group (dynamic membership), each with
+        its own data directory and web port (its ``/metrics``), started, at
+        info (their recovery reports name the partitions they hold)."""
+        workers = []
+        for name in ("a", "b"):
+            ws = s.with_overrides(data_dir=self.workdir / tag / name, web_port=free_port())
+            log = self.workdir / f"{tag}-{name}{suffix}.log"
+            workers.append(WorkerProcess(ws, log, "info").start())
+        return workers[0], workers[1]
+
+    def failover(
+        self, replicas: int, session_timeout: float | None = None
+    ) -> tuple[Figure, Figure]:
+        """Two workers, A and B, with ``replicas`` standby replicas, build
+        ``state_keys`` keys of state; input flows (the next message of a
+        tenth of the keys); once half of its outputs are out, A is killed
+        with ``kill -9``, and one more message goes to each of A's
+        partitions. B takes A's partitions when A's session expires. Two
+        figures: from B's assignment of them (the first "Setting newly
+        assigned partitions" in B's log after the kill) to the first output
+        on each of them that was not there before the kill (the slowest
+        partition's), and from the kill to that assignment. In the detail,
+        per partition B took over: what B's log says it replayed, the
+        changelog's end at the kill, and each partition's first new output;
+        and the phases of B's log after the kill (:func:`phases`, seconds
+        from the kill)."""
+        n = self.sizes.state_keys
+        tag = _tag(f"failover{replicas}")
+        over: dict[str, Any] = {"standby_replicas": replicas, "processing_guarantee": PINNED}
+        if session_timeout is not None:
+            over["session_timeout"] = session_timeout
+        s = self.settings(tag, **over)
+        self.topics(s.topics())
+        ordered, source = s.ordered.ordered_topic, s.ordered.input_topic
+        a, b = self.pair(s, tag)
+        try:
+            # both in the group before the state: neither restores the other's
+            _settled([a, b], s.broker.partitions, replicas)
+            records = [
+                (f"s{k:07d}".encode(), orjson.dumps({"messageId": f"s{k}", "seq": 1, "type": "t"}))
+                for k in range(n)
+            ]
+            asyncio.run(publish(self.bootstrap, source, records))
+            alive = lambda: a.running() and b.running()  # noqa: E731
+            measure_output(self.bootstrap, ordered, n, alive, self.timeout(n))
+            moved = sorted(roles(a.log())["active"])
+            caught_up = None
+            built = changelog_ends(self.bootstrap, s)
+            if replicas:
+                want = sum(built[p] for p in moved)
+                caught_up = _wait_applied(b, want, self.timeout(want))
+            # input flowing: the next message of a tenth of the keys, in chunks
+            more = max(1, min(n - 1, n // 10))
+            starts = {
+                tp.partition: end
+                for tp, end in asyncio.run(end_offsets_of(self.bootstrap, [ordered])).items()
+            }
+            flow = [
+                (
+                    f"s{k:07d}".encode(),
+                    orjson.dumps({"messageId": f"s{k}:2", "seq": 2, "type": "t"}),
+                )
+                for k in range(1, more + 1)
+            ]
+            stop = threading.Event()
+            failed: list[BaseException] = []
+            feeder = threading.Thread(
+                target=_catching(
+                    lambda: asyncio.run(_flowing(self.bootstrap, source, flow, stop)), failed
+                ),
+                name="flow",
+                daemon=True,
+            )
+            feeder.start()
+            measure_output(
+                self.bootstrap, ordered, sum(starts.values()) + more // 2, alive, self.timeout(more)
+            )
+            moved = sorted(roles(a.log())["active"])  # (as A holds them at the kill)
+            a.kill()
+            killed_at = time.time()
+            # one more message on each of A's partitions: new input for each
+            pick = Partitioner(list(range(s.broker.partitions)))
+            markers: Records = []
+            for p in moved:
+                k = next(k for k in range(10_000) if pick(f"m{p}-{k}".encode()) == p)
+                key = f"m{p}-{k}"
+                markers.append(
+                    (key.encode(), orjson.dumps({"messageId": key, "seq": 1, "type": "t"}))
+                )
+            asyncio.run(publish(self.bootstrap, source, markers))
+            # (A's writes in flight land; nobody writes its partitions till B takes them)
+            time.sleep(0.5)
+            at_kill = {
+                tp.partition: end
+                for tp, end in asyncio.run(end_offsets_of(self.bootstrap, [ordered])).items()
+            }
+            ends = changelog_ends(self.bootstrap, s)
+            firsts = asyncio.run(
+                _first_new_per_partition(
+                    self.bootstrap,
+                    ordered,
+                    {p: starts[p] for p in moved},
+                    at_kill,
+                    b.running,
+                    s.runtime.session_timeout + 600,
+                )
+            )
+            stop.set()
+            feeder.join(60)
+            if failed:
+                raise RuntimeError(f"publishing the input failed: {failed[0]!r}")
+        finally:
+            if a.running():
+                a.kill()
+            b.stop()
+        log = since(b.log(), killed_at)
+        # (``logging``, B's first line after the kill, is no phase of the failover)
+        steps = {k: v for k, v in phases(log, killed_at).items() if k != "logging"}
+        if "assigned" not in steps:
+            raise RuntimeError(f"no assignment in B's log after the kill: {b.log_path}")
+        assigned = steps["assigned"]
+        said = replayed(log)
+        partitions: dict[str, Any] = {}
+        for p in moved:
+            r = said.get(p)
+            first_any, first_new, reemitted = firsts[p]
+            partitions[str(p)] = {
+                "changelog end before the flow": built.get(p, 0),
+                "changelog end at the kill": ends.get(p, 0),
+                "replayed": 0 if r is None else r.count,
+                "first": None if r is None else r.first,
+                "last": None if r is None else r.last,
+                "local": None if r is None else r.local,
+                "recoveries": 0 if r is None else r.recoveries,
+                # B's copy ended here when it took the partition
+                "standby offset": (
+                    None if r is None else (r.first - 1 if r.count and r.first else r.local)
+                ),
+                "first output s after assignment": first_any - killed_at - assigned,
+                "first new output s after assignment": first_new - killed_at - assigned,
+                "re-emitted outputs before it": reemitted,
+            }
+        took = max(v["first new output s after assignment"] for v in partitions.values())
+        slowest = max(firsts.values(), key=lambda f: f[1])[1] - killed_at
+        steps = {**steps, "first new output, every partition": slowest}
+        standby = "standby replica" if replicas == 1 else "standby replicas"
+        what = f"{replicas} {standby}, two workers, {n:,} keys of state, {PINNED}"
+        detail: dict[str, Any] = {
+            "membership": "dynamic (no instance id)",
+            "session timeout s": s.runtime.session_timeout,
+            "moved partitions": moved,
+            "partitions": partitions,
+            "replayed": sum(v["replayed"] for v in partitions.values()),
+            "changelog records of the moved partitions": sum(ends.get(p, 0) for p in moved),
+            "changelog": f"{s.group_id}-state-changelog",
+            "input flowing": more,
+            "standby caught up before the flow": caught_up,
+            "phases s": steps,
+            "log": str(b.log_path),
+            "log of A": str(a.log_path),
+        }
+        self.say(
+            f"  {replicas} standby: assigned {assigned:.1f} s after the kill, first new output on "
+            f"every moved partition {took:.1f} s after that; replayed {detail['replayed']:,} of "
+            f"{detail['changelog records of the moved partitions']:,} changelog records; "
+            + ", ".join(f"{k} {v:.1f}" for k, v in steps.items() if k != "assignments")
+        )
+        target = f"< {FAILOVER_S:g} s" if replicas else ""
+        return (
+            Figure(
+                f"failover, assignment to first new output on every moved partition, {what}",
+                took,
+                "s",
+                target,
+                took < FAILOVER_S if replicas else None,
+                detail,
+            ),
+            Figure(
+                f"failover, kill -9 to the survivor's assignment, {what}",
+                assigned,
+                "s",
+                detail={
+                    "session timeout s": s.runtime.session_timeout,
+                    "phases s": {k: v for k, v in steps.items() if k in ("joining", "assigned")},
+                },
+            ),
+        )
+
+    def standby_cost(self, replicas: int) -> Figure:
+        """Throughput of the workload through two workers with ``replicas``
+        standby replicas, timed from the start of its publication (both
+        workers in the group by then); in the detail, each worker's CPU
+        seconds and the standby changelog records it applied (its
+        ``/metrics``), both read once the changelogs and the standbys are
+        still (a standby may trail the output)."""
+        tag = _tag(f"standby{replicas}")
+        s = self.settings(tag, standby_replicas=replicas, processing_guarantee=PINNED)
+        self.topics(s.topics())
+        a, b = self.pair(s, tag)
+        workers = [a, b]
+        try:
+            _settled(workers, s.broker.partitions, replicas)
+            cpu0 = [_cpu_seconds(w.pid) for w in workers]
+            applied0 = [_standby_applied(w) for w in workers]
+            rate, counted = measure_output(
+                self.bootstrap,
+                s.ordered.ordered_topic,
+                self.distinct,
+                lambda: a.running() and b.running(),
+                self.timeout(self.distinct),
+                feed=lambda: asyncio.run(
+                    publish(self.bootstrap, s.ordered.input_topic, self.records)
+                ),
+            )
+            changelog = _still(
+                lambda: (
+                    sum(changelog_ends(self.bootstrap, s).values()),
+                    sum(_standby_applied(w) for w in workers),
+                )
+            )[0]
+            cpu = [_cpu_seconds(w.pid) - c for w, c in zip(workers, cpu0, strict=True)]
+            applied = [_standby_applied(w) - c for w, c in zip(workers, applied0, strict=True)]
+        finally:
+            for w in workers:
+                w.stop()
+        standby = "standby replica" if replicas == 1 else "standby replicas"
+        figure = _per_input(
+            f"two workers, {replicas} {standby}, {PINNED}", rate, len(self.records), self.distinct
+        )
+        figure.detail.update(
+            {
+                "counted": counted,
+                "timed": "from the start of the input's publication",
+                "CPU s per worker": cpu,
+                "CPU s": sum(cpu),
+                "standby records applied per worker": applied,
+                "standby records applied": sum(applied),
+                "changelog records": changelog,
+                "logs": [str(w.log_path) for w in workers],
+            }
+        )
+        return figure
+
     # -- Spark --------------------------------------------------------------------------
 
     def spark(self) -> tuple[Figure, Figure, Figure]:
@@ -1325,10 +1734,72 @@ def run(bench: Bench, only: set[str] | None = None) -> dict[str, Any]:
                 bench.say(f"  {mode}: p99 {by_mode[mode][-1].value:,.0f} ms")
         figures.extend(_median_figure(lats) for lats in by_mode.values())
 
+    def failover() -> None:
+        bench.say("failover to a standby replica, two workers; then without one")
+        took: dict[int, Figure] = {}
+        for replicas in (1, 0):
+            bench.say(f"  SEQKEEPER_STANDBY_REPLICAS={replicas}")
+            took[replicas], session = bench.failover(replicas)
+            figures.extend([took[replicas], session])
+        ratios.append(
+            Figure(
+                "failover, assignment to first new output: without a standby / with one",
+                took[0].value / took[1].value,
+                "×",
+                detail={"with": took[1].value, "without": took[0].value, "round": "one each"},
+            )
+        )
+        # what standbys cost: the same two workers, replicas 1 against 0
+        ones: list[Figure] = []
+        zeros: list[Figure] = []
+        rounds = max(1, bench.sizes.rounds)
+
+        def measure(replicas: int) -> Figure:
+            figure = bench.standby_cost(replicas)
+            bench.say(
+                f"  replicas {replicas}: {figure.value:,.0f} msg/s, CPU "
+                f"{figure.detail['CPU s']:.1f} s, "
+                f"{figure.detail['standby records applied']:,} standby records applied"
+            )
+            return figure
+
+        for n in range(1, rounds + 1):
+            # the order flips each round: a machine that drifts favours neither
+            bench.say(f"standby cost, round {n} of {rounds}")
+            if n % 2:
+                zeros.append(measure(0))
+                ones.append(measure(1))
+            else:
+                ones.append(measure(1))
+                zeros.append(measure(0))
+        figures.extend([_median_figure(zeros), _median_figure(ones)])
+        ratio = _ratio_of_rounds("two workers: 1 standby replica / none", ones, zeros, "", 0.0)
+        ratio.met = None
+        ratios.append(ratio)
+        per = [
+            (one.detail["CPU s"] - zero.detail["CPU s"])
+            / max(1, one.detail["standby records applied"])
+            * 1e6
+            for one, zero in zip(ones, zeros, strict=True)
+        ]
+        figures.append(
+            Figure(
+                "CPU per standby changelog record applied, two workers",
+                statistics.median(per),
+                "µs",
+                detail={
+                    "rounds": per,
+                    "how": "(CPU s of both workers with 1 replica - with none, the same "
+                    "round) / standby records both applied; median of the rounds",
+                },
+            )
+        )
+
     section("throughput", throughput)
     section("guarantee", guarantee)
     section("depth", depth)
     section("restart", restart)
+    section("failover", failover)
     section("spark", spark)
     figures.extend(failed)
     return {

@@ -168,3 +168,36 @@ def replay_detail(
         "tail": sum(v["tail"] for v in partitions.values()),
         "replayed the tail": all(v["count"] == v["tail"] for v in partitions.values()),
     }
+
+
+_TOTAL = re.compile(r"table (\S+): replayed \d+ changelog records \(")
+
+
+def roles(log: str, table: str = "state") -> dict[str, set[int]]:
+    """The partitions of ``table`` a worker holds now, by role (``active``,
+    ``standby``), as the last recovery report in ``log`` lists them (a
+    report names every partition the table has after the recovery, then
+    the table's total; a recovery overtaken by a rebalance reports
+    nothing). Empty sets before the first report."""
+    found: dict[str, set[int]] = {"active": set(), "standby": set()}
+    block: dict[str, set[int]] = {"active": set(), "standby": set()}
+    for line in log.splitlines():
+        m = _REPLAYED.search(line)
+        if m and m.group(1) == table:
+            block[m.group(3)].add(int(m.group(2)))
+            continue
+        total = _TOTAL.search(line)
+        if total and total.group(1) == table:
+            found, block = block, {"active": set(), "standby": set()}
+    return found
+
+
+def since(log: str, at: float) -> str:
+    """The lines of ``log`` from its first timestamped line at or after
+    ``at`` (a Unix timestamp) on; untimestamped lines (tables) kept."""
+    lines = log.splitlines(keepends=True)
+    for i, line in enumerate(lines):
+        m = _LINE.match(line)
+        if m and datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp() >= at:
+            return "".join(lines[i:])
+    return ""

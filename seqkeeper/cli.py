@@ -477,7 +477,8 @@ def bench(
     only: Annotated[
         Optional[list[str]],
         typer.Option(
-            help="Only these (repeatable): throughput, latency, depth, restart, spark, guarantee."
+            help="Only these (repeatable): throughput, latency, depth, restart, failover, spark, "
+            "guarantee."
         ),
     ] = None,
     out: Annotated[Path, typer.Option(help="Where JSON and PNG results go.")] = Path(

@@ -202,3 +202,66 @@ def test_restart_after_kill_9_replays_the_changelog_after_the_local_offsets(
     assert [steps[k] for k in order] == sorted(steps[k] for k in order), steps
     assert steps["ready"] <= steps["first output"] <= steps["first new output"], steps
     assert steps["first new output"] == killed.value
+
+
+def test_failover_to_a_standby_replays_only_what_its_copy_lacked(broker, tmp_path) -> None:
+    """The failover figures' detail, read against the changelog: with a
+    standby replica, each partition the survivor took over replayed the
+    records after its copy's offset up to the changelog's end at the kill,
+    and its copy held at least the state built before the input flowed
+    (never the whole partition); without one, the whole partition. Never a
+    number of seconds."""
+    bench = Bench(broker.bootstrap, dataclasses.replace(TINY, state_keys=2_000), tmp_path, print)
+    for replicas in (1, 0):
+        took, session = bench.failover(replicas, session_timeout=6.0)
+        d = took.detail
+        assert 0 < len(d["moved partitions"]) < TINY.partitions, d
+        assert set(d["partitions"]) == {str(p) for p in d["moved partitions"]}
+        offsets: dict[int, list[int]] = {p: [] for p in range(TINY.partitions)}
+        for record in asyncio.run(read_topic(broker.bootstrap, d["changelog"])):
+            offsets[record.partition].append(record.offset)
+        for p, part in d["partitions"].items():
+            # the changelog as A left it (B writes more once it has the partition)
+            end = part["changelog end at the kill"]
+            records = [o for o in offsets[int(p)] if o < end]
+            assert records and end == records[-1] + 1, (p, part)
+            built = [o for o in records if o < part["changelog end before the flow"]]
+            assert 0 < len(built) < len(records), (p, part)  # the flow wrote more
+            assert part["recoveries"] >= 1, (p, part)
+            if replicas:
+                held = part["standby offset"]
+                assert held >= built[-1], (p, part)  # the copy had the state built
+                after = [o for o in records if o > held]
+                assert part["replayed"] == len(after) < len(records) - len(built), (p, part)
+                if after:
+                    assert (part["first"], part["last"]) == (after[0], after[-1]), (p, part)
+                else:
+                    assert part["local"] == records[-1], (p, part)
+            else:
+                assert part["replayed"] == len(records), (p, part)  # the whole partition
+                assert (part["first"], part["last"]) == (records[0], records[-1]), (p, part)
+            assert part["re-emitted outputs before it"] >= 0
+        assert d["replayed"] == sum(v["replayed"] for v in d["partitions"].values())
+        if replicas:
+            assert d["standby caught up before the flow"] is True, d
+        steps = d["phases s"]
+        assert 0 < steps["assigned"] <= steps["first new output, every partition"], steps
+        assert session.value == steps["assigned"]
+        assert session.detail["session timeout s"] == 6.0
+        assert took.value == max(
+            v["first new output s after assignment"] for v in d["partitions"].values()
+        )
+
+
+def test_standby_cost_counts_the_standby_records_each_worker_applied(broker, tmp_path) -> None:
+    """The standby-cost pair: with a standby replica, the two workers'
+    standbys applied every changelog record between them (each the other's
+    partitions); without one, none. Never a rate."""
+    bench = Bench(broker.bootstrap, TINY, tmp_path, print)
+    one, none = bench.standby_cost(1), bench.standby_cost(0)
+    assert one.detail["counted"] == none.detail["counted"] == TINY.messages
+    assert one.detail["changelog records"] > 0
+    assert one.detail["standby records applied"] == one.detail["changelog records"], one.detail
+    assert all(n > 0 for n in one.detail["standby records applied per worker"]), one.detail
+    assert none.detail["standby records applied"] == 0, none.detail
+    assert all(c > 0 for c in one.detail["CPU s per worker"] + none.detail["CPU s per worker"])

@@ -7,7 +7,7 @@ from datetime import datetime
 
 import pytest
 
-from seqkeeper.bench.restarts import looked_at, phases, replay_detail, replayed
+from seqkeeper.bench.restarts import looked_at, phases, replay_detail, replayed, roles, since
 
 LOG = """\
 processing guarantee: at_least_once (requested)
@@ -76,3 +76,28 @@ def test_replay_detail_compares_with_the_tail() -> None:
     assert d["replayed the tail"] and d["replayed"] == d["tail"] == 1976
     d = replay_detail(LOG, local={0: 30000, 1: 29000}, ends={0: 32012, 1: 29001})
     assert not d["replayed the tail"]
+
+
+STANDBY = """\
+[2026-11-26 08:00:01,000] [7] [INFO] table state: partition 0 (active) replayed 0 changelog records, no local state
+[2026-11-26 08:00:01,001] [7] [INFO] table state: partition 1 (active) replayed 0 changelog records, no local state
+[2026-11-26 08:00:01,002] [7] [INFO] table state: replayed 0 changelog records (0 active, 0 standby)
+[2026-11-26 08:00:05,000] [7] [INFO] Setting newly assigned partitions
+[2026-11-26 08:00:05,100] [7] [INFO] table state: partition 1 (active) replayed 0 changelog records, no local state
+[2026-11-26 08:00:05,101] [7] [INFO] table state: partition 0 (standby) replayed 0 changelog records, no local state
+[2026-11-26 08:00:05,102] [7] [INFO] table state: replayed 0 changelog records (0 active, 0 standby)
+[2026-11-26 08:00:09,000] [7] [INFO] table state: partition 0 (active) replayed 12 changelog records, offsets 88 → 99
+"""
+
+
+def test_roles_are_the_last_complete_report() -> None:
+    # the last report's partitions; a report without its total line is not one yet
+    assert roles(STANDBY) == {"active": {1}, "standby": {0}}
+    assert roles(STANDBY.splitlines(keepends=True)[0]) == {"active": set(), "standby": set()}
+
+
+def test_since_keeps_the_lines_from_a_time_on() -> None:
+    after = since(STANDBY, at("2026-11-26 08:00:05,000"))
+    assert after.startswith("[2026-11-26 08:00:05,000]")
+    assert replayed(after)[0].count == 12 and replayed(after)[0].recoveries == 1
+    assert since(STANDBY, at("2026-11-26 09:00:00,000")) == ""
