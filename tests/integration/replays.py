@@ -12,7 +12,6 @@ from pathlib import Path
 
 from seqkeeper.adapter.offsets import as_topic_partitions, committed_ends
 from seqkeeper.settings import Settings
-from seqkeeper.state.rocksdb import FAUST_OFFSET_KEY
 from seqkeeper.topics import read_topic
 
 REPLAYED = re.compile(
@@ -74,25 +73,6 @@ def changelog_of(settings: Settings, mode: str) -> tuple[dict[int, list[int]], d
 
 def number(text: str) -> int:
     return int(text.replace(",", ""))
-
-
-def local_offsets(data_dir: Path) -> dict[int, int]:
-    """Per partition of the state table, the changelog offset its local
-    RocksDB holds everything up to (-1: none), as the next start finds it:
-    read by a read-only open, which replays the write-ahead log as a
-    restart does (the worker is not running)."""
-    from rocksdict import AccessType, Options, Rdict
-
-    found: dict[int, int] = {}
-    for path in sorted(data_dir.rglob("state-*.db")):
-        partition = int(path.name[len("state-") : -len(".db")])
-        db = Rdict(str(path), Options(raw_mode=True), access_type=AccessType.read_only(False))
-        try:
-            raw = db.get(FAUST_OFFSET_KEY)
-        finally:
-            db.close()
-        found[partition] = -1 if raw is None else int(raw)
-    return found
 
 
 def local_state(data_dir: Path) -> dict[int, dict[bytes, bytes]]:

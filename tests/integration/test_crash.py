@@ -12,12 +12,13 @@ import time
 
 import pytest
 
+from seqkeeper.bench.restarts import local_offsets
 from seqkeeper.demo import publish, wait_until_verified
 from seqkeeper.topics import create_topics
 from seqkeeper.verification.workload import generate
 from seqkeeper.worker import WorkerProcess
 from tests.conftest import Broker
-from tests.integration.replays import Replayed, changelog_of, local_offsets, replayed
+from tests.integration.replays import Replayed, changelog_of, replayed
 
 pytestmark = pytest.mark.integration
 

@@ -15,13 +15,14 @@ from aiokafka import TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, RecordsToDelete
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
+from seqkeeper.bench.restarts import local_offsets
 from seqkeeper.demo import publish, wait_until_verified
 from seqkeeper.settings import Settings
 from seqkeeper.topics import create_topics, end_offsets_of
 from seqkeeper.verification.workload import generate
 from seqkeeper.worker import WorkerProcess
 from tests.conftest import Broker
-from tests.integration.replays import local_offsets, replayed
+from tests.integration.replays import replayed
 
 pytestmark = pytest.mark.integration
 
