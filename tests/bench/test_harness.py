@@ -260,7 +260,8 @@ def test_standby_cost_counts_the_standby_records_each_worker_applied(broker, tmp
     bench = Bench(broker.bootstrap, TINY, tmp_path, print)
     one, none = bench.standby_cost(1), bench.standby_cost(0)
     assert one.detail["counted"] == none.detail["counted"] == TINY.messages
-    assert one.detail["changelog records"] > 0
+    # the same workload writes the same changelog, read once it stood still
+    assert one.detail["changelog records"] == none.detail["changelog records"] > 0
     assert one.detail["standby records applied"] == one.detail["changelog records"], one.detail
     assert all(n > 0 for n in one.detail["standby records applied per worker"]), one.detail
     assert none.detail["standby records applied"] == 0, none.detail
