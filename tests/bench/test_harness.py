@@ -113,9 +113,15 @@ def test_smoke_run_writes_every_figure(broker, spark, tmp_path) -> None:
         "peak RSS",
         "Spark data source",
         "compaction",
+        "failover, assignment to first new output",
+        "failover, kill -9 to the survivor's assignment",
+        "two workers, 1 standby replica",
+        "CPU per standby changelog record applied",
     ):
         assert any(expected in n for n in names), expected
-    assert all(f["value"] > 0 for f in result["figures"])
+    # (the standbys' CPU per record is a difference of two pairs' CPU: at
+    # this size it is noise, of either sign)
+    assert all(f["value"] > 0 for f in result["figures"] if not f["name"].startswith("CPU per"))
     assert {r["name"] for r in result["ratios"]} >= {"seqkeeper / limit", "seqkeeper / peer"}
     # two rounds of limit and seqkeeper: the ratio is the median of the rounds'
     to_limit = next(r for r in result["ratios"] if r["name"] == "seqkeeper / limit")
