@@ -1,50 +1,29 @@
 """What a worker's log says each changelog partition replayed (issue 36:
-``table state: partition 0 (active) replayed ...``), and what the broker and
-the local state say it should have: counted in records and offsets, never
-in seconds."""
+``table state: partition 0 (active) replayed ...``, parsed by
+:mod:`seqkeeper.bench.restarts`), and what the broker and the local state
+say it should have: counted in records and offsets, never in seconds."""
 
 from __future__ import annotations
 
 import asyncio
 import re
-from dataclasses import dataclass
 from pathlib import Path
 
 from seqkeeper.adapter.offsets import as_topic_partitions, committed_ends
+from seqkeeper.bench.restarts import Replayed, number, replayed
 from seqkeeper.settings import Settings
 from seqkeeper.topics import read_topic
 
-REPLAYED = re.compile(
-    r"table state: partition (\d+) \((active|standby)\) replayed ([\d,]+) changelog records, "
-    r"(?:offsets ([\d,]+) → ([\d,]+)|local state up to offset ([\d,]+)|no local state)"
-)
-
-
-@dataclass
-class Replayed:
-    """What a worker's log says one changelog partition replayed, over all
-    its recoveries (a restart after a kill may have two: the dead member
-    holds partitions until its session expires)."""
-
-    count: int = 0
-    first: int | None = None  #: the first offset applied
-    last: int | None = None  #: the last offset applied
-    local: int | None = None  #: where its local state ended, said when it replayed nothing
-
-
-def replayed(log: str) -> dict[int, Replayed]:
-    """Per active changelog partition, what ``log`` says it replayed."""
-    found: dict[int, Replayed] = {}
-    for partition, role, count, first, last, local in REPLAYED.findall(log):
-        assert role == "active", log[-3000:]  # (no standby replicas here)
-        r = found.setdefault(int(partition), Replayed())
-        if number(count):
-            r.first = r.first if r.count else number(first)
-            r.last = number(last)
-            r.count += number(count)
-        else:
-            r.local = number(local) if local else None
-    return found
+__all__ = [
+    "Replayed",
+    "changelog_of",
+    "changelog_state",
+    "committed_writes",
+    "guarantee",
+    "local_state",
+    "number",
+    "replayed",
+]
 
 
 def guarantee(log: str) -> str:
@@ -69,10 +48,6 @@ def changelog_of(settings: Settings, mode: str) -> tuple[dict[int, list[int]], d
     tps = as_topic_partitions(topic, settings.broker.partitions)
     ends = asyncio.run(committed_ends(bootstrap, tps))
     return offsets, {tp.partition: end for tp, end in ends.items()}
-
-
-def number(text: str) -> int:
-    return int(text.replace(",", ""))
 
 
 def local_state(data_dir: Path) -> dict[int, dict[bytes, bytes]]:

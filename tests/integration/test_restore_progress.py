@@ -28,7 +28,6 @@ from seqkeeper.topics import create_topics
 from seqkeeper.verification.workload import generate
 from seqkeeper.worker import WorkerProcess
 from tests.integration.replays import (
-    Replayed,
     changelog_of,
     changelog_state,
     guarantee,
@@ -197,7 +196,8 @@ def test_a_restart_replays_what_its_local_state_lacks(make_settings, tmp_path: P
     assert code == 0, first.log()[-3000:]
     replays = replayed(first.log())
     assert set(replays) == partitions, first.log()[-3000:]
-    assert all(r == Replayed() for r in replays.values()), replays  # 0, no local state
+    # 0, no local state
+    assert all((r.count, r.local) == (0, None) for r in replays.values()), replays
     mode = guarantee(first.log())
 
     # A clean restart: the local state ends where the changelog does.
