@@ -14,7 +14,7 @@ import sys
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from seqkeeper.broker import (
     EmbeddedBroker,
@@ -30,6 +30,9 @@ from seqkeeper.runtime.protocol import Wiring
 from seqkeeper.settings import EXAMPLE_HANDLERS, Settings
 from seqkeeper.topics import create_topics
 from seqkeeper.wait import BrokerUnreachable, broker_answers, wait_for_broker
+
+if TYPE_CHECKING:
+    from seqkeeper.runtime.task import LocalState
 
 _local: list[LocalBroker] = []
 
@@ -98,7 +101,7 @@ def run_worker(settings: Settings) -> None:
 
     from seqkeeper.runtime.app import build_app
     from seqkeeper.runtime.guarantee import choose_guarantee
-    from seqkeeper.runtime.task import LocalState
+    from seqkeeper.runtime.task import LocalState, previous_member
     from seqkeeper.topologies import commands, ordered
 
     # the user's code is loaded before any broker: a bad name fails fast
@@ -119,9 +122,13 @@ def run_worker(settings: Settings) -> None:
             settings = settings.with_overrides(web_port=web_port_for(settings))
         await_broker_and_topics(settings)
         settings = choose_guarantee(settings, embedded=isinstance(current_local(), EmbeddedBroker))
+        previous = previous_member(settings.runtime.data_dir)
+        if previous is not None and not settings.runtime.instance_id:
+            remove_previous_member(settings, previous)
         app, task = build_app(settings, wiring(settings), beside=repartitioner(settings, codec))
         local = LocalState(settings.runtime.data_dir, Path(app.conf.tabledir))
         app.local_state_check = local.open(lambda line: print(line, flush=True))
+        keep_member_id(app, local)
         print(
             f"seqkeeper worker: broker {settings.broker.bootstrap}, data {settings.runtime.data_dir}, "
             f"web http://{settings.runtime.web_host}:{settings.runtime.web_port}/",
@@ -136,6 +143,39 @@ def run_worker(settings: Settings) -> None:
                 raise
         task.close()
         local.close_cleanly()
+
+
+def remove_previous_member(settings: Settings, member: str) -> None:
+    """Remove the member a worker killed on this data directory left in the
+    group (:mod:`seqkeeper.adapter.membership`), so that the new one need not
+    wait for its session to expire; a failure only costs that wait."""
+    from seqkeeper.adapter.membership import remove_member
+
+    group = settings.group_id
+    try:
+        removed = asyncio.run(remove_member(settings.broker.bootstrap, group, member))
+    except Exception as exc:  # noqa: BLE001 - the restart goes on without it
+        print(
+            f"could not remove the previous worker's member {member} from group {group!r} "
+            f"({type(exc).__name__}: {exc}): the group waits for its session to expire",
+            flush=True,
+        )
+        return
+    if removed:
+        print(f"removed the previous worker's member {member} from group {group!r}", flush=True)
+    else:
+        print(f"the previous worker's member {member} had already left group {group!r}", flush=True)
+
+
+def keep_member_id(app: Any, local: LocalState) -> None:
+    """Keep the member id the worker joins its group with in its data
+    directory, at every assignment (for :func:`remove_previous_member`)."""
+    from seqkeeper.adapter.membership import member_id
+
+    async def keep(assigned: set[Any]) -> None:
+        local.remember_member(member_id(app))
+
+    app.before_recovery.append(keep)
 
 
 def repartitioner(settings: Settings, codec: Any) -> list[Callable[[], Awaitable[None]]]:

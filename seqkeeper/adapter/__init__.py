@@ -38,6 +38,9 @@ Each module, its job, and the tests that fail without it:
   ``tests/state/test_rocksdb_store.py``; ``tests/adapter/test_replays.py``;
   ``test_worker.py``: a clean restart replays nothing;
   ``test_restore_progress.py``: per partition, what local state lacked).
+- :mod:`.membership`: a restart after ``kill -9`` removes the dead
+  worker's member from the group instead of waiting out its session
+  (``tests/integration/test_crash.py``).
 - :mod:`.producer`: ordered records produced as whole record batches
   (``tests/adapter/test_producer.py``).
 - :mod:`.transactions`: a transactional producer per owned input partition,
@@ -101,6 +104,7 @@ PRIVATE_MEMBERS: dict[str, frozenset[str]] = {
             "_key_deserializer",
         }
     ),
+    "membership": frozenset({"_coordinator", "_ensure_consumer", "_thread"}),
     "producer": frozenset({"_build", "_builder", "_relative_offset", "_wait_on_metadata"}),
     "records": frozenset({"_check_crcs", "_records", "_tp", "_unpack_records"}),
     "recovery": frozenset(

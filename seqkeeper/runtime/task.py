@@ -381,6 +381,25 @@ class Task:
         }
 
 
+#: In the data directory: exists while a worker runs on it.
+MARKER = "worker.running"
+#: In the data directory: the group member id its worker last joined with.
+MEMBER = "group.member"
+
+
+def previous_member(data_dir: Path) -> str | None:
+    """After an unclean stop, the group member id the previous worker on
+    ``data_dir`` had (it may still hold its partitions until its session
+    expires); None after a clean stop, which left the group, or when none
+    was kept."""
+    if not (data_dir / MARKER).exists():
+        return None
+    try:
+        return (data_dir / MEMBER).read_text().strip() or None
+    except OSError:
+        return None
+
+
 class LocalState:
     """The local state directory across worker runs: a marker file exists
     while a worker runs on it. Found at start, the previous worker did not
@@ -395,8 +414,25 @@ class LocalState:
     and rebuilt from the changelog."""
 
     def __init__(self, data_dir: Path, tabledir: Path) -> None:
-        self.marker = data_dir / "worker.running"
+        self.marker = data_dir / MARKER
+        #: the consumer group member id the worker on it last joined with
+        #: (:mod:`seqkeeper.adapter.membership`)
+        self.member = data_dir / MEMBER
         self.tabledir = tabledir
+
+    def remember_member(self, member_id: str | None) -> None:
+        """Keep the member id the worker joined its group with, for the next
+        start after an unclean stop (written only when it changes)."""
+        if not member_id:
+            return
+        try:
+            if self.member.read_text().strip() == member_id:
+                return
+        except OSError:
+            pass
+        fresh = self.member.with_suffix(".new")
+        fresh.write_text(f"{member_id}\n")
+        fresh.replace(self.member)  # (a kill -9 leaves the old id or the new)
 
     def open(self, say: Callable[[str], None]) -> concurrent.futures.Future[None]:
         """Mark the local state in use and check it in a thread (the tables
@@ -413,8 +449,10 @@ class LocalState:
         return check
 
     def close_cleanly(self) -> None:
-        """A clean stop: the local state matches the changelog."""
+        """A clean stop: the local state matches the changelog (and the
+        worker left its group)."""
         self.marker.unlink(missing_ok=True)
+        self.member.unlink(missing_ok=True)
 
 
 def check_local_state(

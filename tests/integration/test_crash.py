@@ -81,3 +81,63 @@ def test_kill_9_while_processing_loses_nothing(
             assert got == want, (p, got, want, log[-3000:])
     assert all(f"processing guarantee: {mode}" in log for log in [*logs, final.log()])
     print("re-emitted:", report.reemitted)
+
+
+def group_members(bootstrap: str, group: str) -> list[str]:
+    """The member ids the group coordinator lists for ``group``."""
+    from aiokafka.admin import AIOKafkaAdminClient
+
+    async def describe() -> list[str]:
+        admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+        await admin.start()
+        try:
+            (response,) = await admin.describe_consumer_groups([group])
+            (described,) = response.groups
+            return [member[0] for member in described[5]]  # (members: member_id first)
+        finally:
+            await admin.close()
+
+    return asyncio.run(describe())
+
+
+def test_a_restart_after_kill_9_removes_the_dead_member_from_the_group(
+    make_settings, tmp_path, broker: Broker
+) -> None:
+    """Under dynamic membership the killed worker's member would stay in
+    the group until its session expires (20 s here); the restart removes it
+    first, so Apache Kafka rebalances without it at once (the embedded
+    broker lists it gone too, but still makes a join wait: its deviation 4).
+    A clean stop left the group itself: the start after it removes nothing."""
+    settings = make_settings(session_timeout=20.0)
+    asyncio.run(
+        create_topics(settings.broker.bootstrap, settings.topics(), settings.broker.partitions)
+    )
+    kept = settings.runtime.data_dir / "group.member"
+    first = WorkerProcess(settings, tmp_path / "first.log").start()
+    first.wait_ready()
+    deadline = time.monotonic() + 30
+    while not kept.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    dead = kept.read_text().strip()
+    first.kill()
+    assert group_members(settings.broker.bootstrap, settings.group_id) == [dead]
+
+    second = WorkerProcess(settings, tmp_path / "second.log").start()
+    try:
+        second.wait_ready()
+        log = second.log()
+        assert f"removed the previous worker's member {dead}" in log, log[-3000:]
+        # the dead member is gone long before its session would expire
+        alive = kept.read_text().strip()
+        assert alive != dead
+        assert group_members(settings.broker.bootstrap, settings.group_id) == [alive]
+    finally:
+        assert second.stop() == 0
+    assert not kept.exists()  # (a clean stop left the group)
+
+    third = WorkerProcess(settings, tmp_path / "third.log").start()
+    try:
+        third.wait_ready()
+        assert "previous worker's member" not in third.log()
+    finally:
+        assert third.stop() == 0
