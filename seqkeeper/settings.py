@@ -247,7 +247,8 @@ class RuntimeSettings:
     session_timeout: float = var(
         "SEQKEEPER_SESSION_TIMEOUT",
         "10",
-        "Consumer group session timeout: how long a dead worker keeps its partitions.",
+        "Consumer group session timeout: how long a dead worker keeps its partitions "
+        "(a worker restarted on its data directory removes its dead predecessor at once).",
         seconds,
         "s",
     )
