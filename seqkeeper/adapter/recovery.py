@@ -242,15 +242,23 @@ class SeekFirstRecovery(Recovery):
         # Where each partition's restore starts: Faust's, unless the local
         # offset (read from the DB when the partition was added) lies
         # outside the changelog; such a DB is emptied and restored whole.
+        # Standbys too: Faust checks their offsets against their ends only
+        # after it sought them, and stops with a ConsistencyError where an
+        # active partition would have been reset (faust-streaming/faust#597).
         local = {tp: destination.get(tp) for tp in tps}
         await super()._build_offsets(consumer, tps, destination, title)
-        if title != "active":
+        if not tps:
             return
+        if title == "active":
+            last: Mapping[TP, int] = self.active_highwaters
+        else:  # (Faust builds a standby's end only after this)
+            ends = await consumer.highwaters(*tps)
+            last = {tp: -1 if end is None else end - 1 for tp, end in ends.items()}
         wrong = {}
         for tp in tps:
             # (Faust starts at the later of the local offset and the log start)
             start = destination[tp] + 1 if destination[tp] != local[tp] else None
-            why = misplaced(local[tp], self.active_highwaters.get(tp), start)
+            why = misplaced(local[tp], last.get(tp), start)
             if why is not None:
                 wrong[tp] = why
         if not wrong:
@@ -261,10 +269,11 @@ class SeekFirstRecovery(Recovery):
             first = earliest.get(tp)
             destination[tp] = -1 if first is None else first - 1
             log.warning(
-                "changelog %s/%d: the local state's offset %s is %s: local state reset, "
+                "changelog %s/%d (%s): the local state's offset %s is %s: local state reset, "
                 "rebuilt from the changelog",
                 tp.topic,
                 tp.partition,
+                title,
                 f"{local[tp]:,}",
                 why,
             )

@@ -7,6 +7,7 @@ start: its tail cannot be replayed). Counted in offsets and records."""
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from pathlib import Path
 
@@ -43,9 +44,12 @@ def run(settings: Settings, log: Path, verify: bool = False) -> str:
     return worker.log()
 
 
-def reset_line(changelog: str, partition: int, local: int, why: str) -> str:
+def reset_line(
+    changelog: str, partition: int, local: int, why: str, role: str = "active"
+) -> str:
     return (
-        f"changelog {changelog}/{partition}: the local state's offset {local:,} is {why}: "
+        f"changelog {changelog}/{partition} ({role}): the local state's offset {local:,} "
+        f"is {why}: "
         "local state reset, rebuilt from the changelog"
     )
 
@@ -131,3 +135,54 @@ def test_deleted_records_after_the_local_offset_reset_the_local_state(
         assert reset_line(changelog, partition, offset, why) in log, log[-3000:]
         r = replays[partition]
         assert (r.count, r.first, r.last) == (1, start, start), (partition, r)
+
+
+def test_a_recreated_changelog_resets_standby_copies_too(make_settings, tmp_path: Path) -> None:
+    """A standby's local offset past its changelog's end is reset as an
+    active's is: Faust would stop the worker with a ``ConsistencyError``
+    once it checked the standby's end (faust-streaming/faust#597)."""
+    base: Settings = make_settings(standby_replicas=1, processing_guarantee="at_least_once")
+    bootstrap = base.broker.bootstrap
+    asyncio.run(create_topics(bootstrap, base.topics(), base.broker.partitions))
+    changelog = f"{base.group_id}-state-changelog"
+    w = generate(messages=1_000, keys=100, malformed=0, seed=367)
+    asyncio.run(publish(bootstrap, base.ordered.input_topic, w.records))
+    a = WorkerProcess(base.with_overrides(data_dir=tmp_path / "a"), tmp_path / "a1.log")
+    b = WorkerProcess(base.with_overrides(data_dir=tmp_path / "b"), tmp_path / "b1.log")
+    try:
+        a.start()
+        b.start()
+        report = asyncio.run(wait_until_verified(base, timeout=180, worker=b))
+        assert report.ok, [(c.name, c.count, c.detail) for c in report.failures()]
+        time.sleep(1.0)  # (the standbys apply the last changelog records)
+    finally:
+        assert a.stop() == 0 and b.stop() == 0, (a.log()[-3000:], b.log()[-3000:])
+    # both workers hold a copy of every partition
+    for d in (tmp_path / "a", tmp_path / "b"):
+        held = local_offsets(d)
+        assert all(held.get(p, -1) >= 0 for p in range(base.broker.partitions)), (d, held)
+
+    asyncio.run(delete_topic(bootstrap, changelog))  # (the workers declare it again)
+    a = WorkerProcess(base.with_overrides(data_dir=tmp_path / "a"), tmp_path / "a2.log")
+    b = WorkerProcess(base.with_overrides(data_dir=tmp_path / "b"), tmp_path / "b2.log")
+    workers = [a, b]
+    try:
+        a.start().wait_ready(timeout=180)
+        b.start()
+        deadline = time.monotonic() + 180
+        while "(standby): the local state's offset" not in a.log() + b.log():
+            for worker in workers:
+                worker.check_alive()  # (a ConsistencyError ends the worker)
+            assert time.monotonic() < deadline, (a.log()[-3000:], b.log()[-3000:])
+            time.sleep(0.25)
+        b.wait_ready(timeout=180)
+    finally:
+        codes = [worker.stop() for worker in workers]
+    logs = a.log() + b.log()
+    assert codes == [0, 0], logs[-3000:]
+    assert "ConsistencyError" not in logs
+    assert re.search(
+        rf"changelog {changelog}/\d \(standby\): the local state's offset [\d,]+ "
+        r"is past the changelog's end 0: local state reset",
+        logs,
+    ), logs[-3000:]
