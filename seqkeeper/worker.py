@@ -128,7 +128,7 @@ def run_worker(settings: Settings) -> None:
         app, task = build_app(settings, wiring(settings), beside=repartitioner(settings, codec))
         local = LocalState(settings.runtime.data_dir, Path(app.conf.tabledir))
         app.local_state_check = local.open(lambda line: print(line, flush=True))
-        keep_member_id(app, local)
+        keep_member_id(settings, local)
         print(
             f"seqkeeper worker: broker {settings.broker.bootstrap}, data {settings.runtime.data_dir}, "
             f"web http://{settings.runtime.web_host}:{settings.runtime.web_port}/",
@@ -167,15 +167,12 @@ def remove_previous_member(settings: Settings, member: str) -> None:
         print(f"the previous worker's member {member} had already left group {group!r}", flush=True)
 
 
-def keep_member_id(app: Any, local: LocalState) -> None:
-    """Keep the member id the worker joins its group with in its data
-    directory, at every assignment (for :func:`remove_previous_member`)."""
-    from seqkeeper.adapter.membership import member_id
+def keep_member_id(settings: Settings, local: LocalState) -> None:
+    """Keep each member id the worker's consumer is given in its data
+    directory, as it is given (for :func:`remove_previous_member`)."""
+    from seqkeeper.adapter.membership import tell_member_ids
 
-    async def keep(assigned: set[Any]) -> None:
-        local.remember_member(member_id(app))
-
-    app.before_recovery.append(keep)
+    tell_member_ids(settings.group_id, local.remember_member)
 
 
 def repartitioner(settings: Settings, codec: Any) -> list[Callable[[], Awaitable[None]]]:

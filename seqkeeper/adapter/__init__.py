@@ -104,7 +104,6 @@ PRIVATE_MEMBERS: dict[str, frozenset[str]] = {
             "_key_deserializer",
         }
     ),
-    "membership": frozenset({"_coordinator", "_ensure_consumer", "_thread"}),
     "producer": frozenset({"_build", "_builder", "_relative_offset", "_wait_on_metadata"}),
     "records": frozenset({"_check_crcs", "_records", "_tp", "_unpack_records"}),
     "recovery": frozenset(

@@ -17,16 +17,27 @@ directory started elsewhere) costs one rebalance: its next heartbeat gets
 ``UNKNOWN_MEMBER_ID`` and it rejoins as a new member, and a transactional
 producer of the new assignment fences what it was doing.
 
-Private member: ``AIOKafkaConsumer._coordinator`` (aiokafka 0.14), read for
-the member id it joined with.
+The worker learns its member id as the coordinator gives it: the first
+JoinGroup answers with the id and ``MEMBER_ID_REQUIRED`` (KIP-394), and from
+then on the coordinator counts that member in, so a worker killed before
+its join completed leaves one behind too. aiokafka keeps the id in
+``GroupCoordinator.member_id``, which has no hook: :func:`tell_member_ids`
+makes the consumer's coordinator a subclass whose ``member_id`` tells a
+listener each new value.
+
+Private members: none (``aiokafka.consumer.consumer.GroupCoordinator``, the
+class the consumer instantiates, is replaced module-wide; the subclass
+changes nothing for a group without a listener).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
 
 from aiokafka import errors
 from aiokafka.client import AIOKafkaClient, ConnectionGroup, CoordinationType
+from aiokafka.consumer import consumer as aiokafka_consumer
+from aiokafka.consumer.group_coordinator import GroupCoordinator
 from aiokafka.protocol.group import LeaveGroupRequest
 
 #: Longest the removal may take: the restart goes on without it after that
@@ -34,12 +45,31 @@ from aiokafka.protocol.group import LeaveGroupRequest
 REMOVE_TIMEOUT_MS = 5000
 
 
-def member_id(app: Any) -> str | None:
-    """The member id the app's consumer joined its group with (None before
-    the first join)."""
-    consumer = app.consumer._thread._ensure_consumer()
-    member: str = consumer._coordinator.member_id
-    return member or None
+#: Listeners of new member ids, by group id.
+_listeners: dict[str, Callable[[str], None]] = {}
+
+
+class TellingCoordinator(GroupCoordinator):  # type: ignore[misc]
+    """aiokafka's group coordinator, telling its group's listener (if any)
+    each member id the coordinator gives it, as soon as it is given."""
+
+    @property
+    def member_id(self) -> str:
+        return self._told_member_id
+
+    @member_id.setter
+    def member_id(self, value: str) -> None:
+        self._told_member_id = value
+        listener = _listeners.get(getattr(self, "group_id", None) or "")
+        if listener is not None and value:
+            listener(value)
+
+
+def tell_member_ids(group: str, listener: Callable[[str], None]) -> None:
+    """Call ``listener`` with each member id a consumer of ``group`` in this
+    process is given (its first JoinGroup's answer and any later one)."""
+    _listeners[group] = listener
+    aiokafka_consumer.GroupCoordinator = TellingCoordinator
 
 
 async def remove_member(bootstrap: str, group: str, member: str) -> bool:
