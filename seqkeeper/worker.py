@@ -101,7 +101,7 @@ def run_worker(settings: Settings) -> None:
 
     from seqkeeper.runtime.app import build_app
     from seqkeeper.runtime.guarantee import choose_guarantee
-    from seqkeeper.runtime.task import LocalState, previous_member
+    from seqkeeper.runtime.task import LocalState, previous_members
     from seqkeeper.topologies import commands, ordered
 
     # the user's code is loaded before any broker: a bad name fails fast
@@ -122,13 +122,11 @@ def run_worker(settings: Settings) -> None:
             settings = settings.with_overrides(web_port=web_port_for(settings))
         await_broker_and_topics(settings)
         settings = choose_guarantee(settings, embedded=isinstance(current_local(), EmbeddedBroker))
-        previous = previous_member(settings.runtime.data_dir)
-        if previous is not None and not settings.runtime.instance_id:
-            remove_previous_member(settings, previous)
+        remove_previous_members(settings, previous_members(settings.runtime.data_dir))
         app, task = build_app(settings, wiring(settings), beside=repartitioner(settings, codec))
         local = LocalState(settings.runtime.data_dir, Path(app.conf.tabledir))
         app.local_state_check = local.open(lambda line: print(line, flush=True))
-        keep_member_id(settings, local)
+        keep_member_ids(settings, local)
         print(
             f"seqkeeper worker: broker {settings.broker.bootstrap}, data {settings.runtime.data_dir}, "
             f"web http://{settings.runtime.web_host}:{settings.runtime.web_port}/",
@@ -145,34 +143,42 @@ def run_worker(settings: Settings) -> None:
         local.close_cleanly()
 
 
-def remove_previous_member(settings: Settings, member: str) -> None:
-    """Remove the member a worker killed on this data directory left in the
-    group (:mod:`seqkeeper.adapter.membership`), so that the new one need not
-    wait for its session to expire; a failure only costs that wait."""
+def remove_previous_members(settings: Settings, members: dict[str, str]) -> None:
+    """Remove the members a worker killed on this data directory left in
+    its groups (:mod:`seqkeeper.adapter.membership`), so that the new one
+    need not wait for their sessions to expire; a failure only costs that
+    wait."""
     from seqkeeper.adapter.membership import remove_member
 
-    group = settings.group_id
-    try:
-        removed = asyncio.run(remove_member(settings.broker.bootstrap, group, member))
-    except Exception as exc:  # noqa: BLE001 - the restart goes on without it
-        print(
-            f"could not remove the previous worker's member {member} from group {group!r} "
-            f"({type(exc).__name__}: {exc}): the group waits for its session to expire",
-            flush=True,
-        )
-        return
-    if removed:
-        print(f"removed the previous worker's member {member} from group {group!r}", flush=True)
-    else:
-        print(f"the previous worker's member {member} had already left group {group!r}", flush=True)
+    for group, member in members.items():
+        try:
+            removed = asyncio.run(remove_member(settings.broker.bootstrap, group, member))
+        except Exception as exc:  # noqa: BLE001 - the restart goes on without it
+            print(
+                f"could not remove the previous worker's member {member} from group {group!r} "
+                f"({type(exc).__name__}: {exc}): the group waits for its session to expire",
+                flush=True,
+            )
+            continue
+        if removed:
+            print(f"removed the previous worker's member {member} from group {group!r}", flush=True)
+        else:
+            print(f"the previous worker's member {member} had already left group {group!r}", flush=True)
 
 
-def keep_member_id(settings: Settings, local: LocalState) -> None:
-    """Keep each member id the worker's consumer is given in its data
-    directory, as it is given (for :func:`remove_previous_member`)."""
+def keep_member_ids(settings: Settings, local: LocalState) -> None:
+    """Keep each member id the worker's consumers are given in its data
+    directory, as it is given (for :func:`remove_previous_members`): in the
+    worker's group unless it is a static member (its instance id makes the
+    restart take its place), and in the repartition stage's group."""
     from seqkeeper.adapter.membership import tell_member_ids
+    from seqkeeper.runtime.repartition import group_of
 
-    tell_member_ids(settings.group_id, local.remember_member)
+    groups = [] if settings.runtime.instance_id else [settings.group_id]
+    if settings.repartition_topic() is not None:
+        groups.append(group_of(settings))
+    for group in groups:
+        tell_member_ids(group, functools.partial(local.remember_member, group))
 
 
 def repartitioner(settings: Settings, codec: Any) -> list[Callable[[], Awaitable[None]]]:

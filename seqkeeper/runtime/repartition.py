@@ -50,6 +50,11 @@ def route(
         return None, [*headers, *reasons]
 
 
+def group_of(settings: Settings) -> str:
+    """The repartition stage's consumer group (its own, beside the worker's)."""
+    return f"{settings.group_id}-repartition"
+
+
 class Repartitioner:
     """Consumes the input, produces each record keyed by its key field
     (see the module docstring). :meth:`run` until cancelled."""
@@ -64,7 +69,7 @@ class Repartitioner:
         consumer = AIOKafkaConsumer(
             s.ordered.input_topic,
             bootstrap_servers=s.broker.bootstrap,
-            group_id=f"{s.group_id}-repartition",
+            group_id=group_of(s),
             enable_auto_commit=False,
             auto_offset_reset="earliest",
             max_poll_records=s.runtime.max_poll_records,

@@ -383,21 +383,27 @@ class Task:
 
 #: In the data directory: exists while a worker runs on it.
 MARKER = "worker.running"
-#: In the data directory: the group member id its worker last joined with.
-MEMBER = "group.member"
+#: In the data directory: the member id its worker was last given in each
+#: of its consumer groups, a line ``group<TAB>member`` each.
+MEMBERS = "group.members"
 
 
-def previous_member(data_dir: Path) -> str | None:
-    """After an unclean stop, the group member id the previous worker on
-    ``data_dir`` had (it may still hold its partitions until its session
-    expires); None after a clean stop, which left the group, or when none
-    was kept."""
-    if not (data_dir / MARKER).exists():
-        return None
+def read_members(path: Path) -> dict[str, str]:
+    """The ``group -> member id`` lines of ``path`` (none if unreadable)."""
     try:
-        return (data_dir / MEMBER).read_text().strip() or None
+        text = path.read_text()
     except OSError:
-        return None
+        return {}
+    return dict(line.split("\t", 1) for line in text.splitlines() if "\t" in line)
+
+
+def previous_members(data_dir: Path) -> dict[str, str]:
+    """After an unclean stop, the member id the previous worker on
+    ``data_dir`` had in each consumer group (the coordinator may count it
+    in until its session expires); none after a clean stop, which left."""
+    if not (data_dir / MARKER).exists():
+        return {}
+    return read_members(data_dir / MEMBERS)
 
 
 class LocalState:
@@ -415,24 +421,21 @@ class LocalState:
 
     def __init__(self, data_dir: Path, tabledir: Path) -> None:
         self.marker = data_dir / MARKER
-        #: the consumer group member id the worker on it last joined with
-        #: (:mod:`seqkeeper.adapter.membership`)
-        self.member = data_dir / MEMBER
+        #: the member id the worker on it was last given in each consumer
+        #: group (:mod:`seqkeeper.adapter.membership`)
+        self.members = data_dir / MEMBERS
+        self._members = read_members(self.members)
         self.tabledir = tabledir
 
-    def remember_member(self, member_id: str | None) -> None:
-        """Keep the member id the worker joined its group with, for the next
-        start after an unclean stop (written only when it changes)."""
-        if not member_id:
+    def remember_member(self, group: str, member_id: str) -> None:
+        """Keep the member id the worker was given in ``group``, for the
+        next start after an unclean stop (written only when it changes)."""
+        if not member_id or self._members.get(group) == member_id:
             return
-        try:
-            if self.member.read_text().strip() == member_id:
-                return
-        except OSError:
-            pass
-        fresh = self.member.with_suffix(".new")
-        fresh.write_text(f"{member_id}\n")
-        fresh.replace(self.member)  # (a kill -9 leaves the old id or the new)
+        self._members[group] = member_id
+        fresh = self.members.with_suffix(".new")
+        fresh.write_text("".join(f"{g}\t{m}\n" for g, m in sorted(self._members.items())))
+        fresh.replace(self.members)  # (a kill -9 leaves the old ids or the new)
 
     def open(self, say: Callable[[str], None]) -> concurrent.futures.Future[None]:
         """Mark the local state in use and check it in a thread (the tables
@@ -452,7 +455,7 @@ class LocalState:
         """A clean stop: the local state matches the changelog (and the
         worker left its group)."""
         self.marker.unlink(missing_ok=True)
-        self.member.unlink(missing_ok=True)
+        self.members.unlink(missing_ok=True)
 
 
 def check_local_state(
