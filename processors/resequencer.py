@@ -35,10 +35,11 @@ work has one:
   onto an uncounted entry on overflow, leaves that entry waiting): a key
   with no entry at all emitted nothing there that is not durable, since
   the batch holding a marker was produced no later than the one whose
-  confirmation deleted the message after it. :func:`pending` would emit
-  such a key's markers again (its ``confirmed`` is older than those
-  deletions: a crash or a move lost it, see ``state.stores``); the shell
-  leaves the key out instead.
+  confirmation deleted the message after it. Such a key's ``confirmed`` is
+  older than those deletions (a crash or a move lost it, see
+  ``state.stores``); :func:`pending` knows those markers for durable by the
+  missing message after them, on this key and on any key whose stale
+  ``confirmed`` outlives its next entries.
 
 The count stays within the entries as long as a waiting message's id is
 remembered while it waits (by default ids are kept 7 days and 100,000 per
@@ -376,8 +377,10 @@ def expire(
 def pending(key: str, state: KeyState, buffer: BufferLookup) -> tuple[list[Emission], list[int]]:
     """What was emitted but is not confirmed (``confirmed .. next_expected-1``),
     in the original order and byte for byte, to emit again after a crash or
-    when another worker takes the key over; and the sequences not in the
-    buffer (deleted by a confirmation a crash cut short: already durable)."""
+    when another worker takes the key over; and the sequences known to be
+    durable already: messages not in the buffer (deleted by a confirmation
+    whose new ``confirmed`` a crash lost), and the first sequence of each
+    gap marker whose next message is such a one."""
     if state.next_expected is None or state.confirmed is None:
         return [], []
     starts = dict(state.skipped)
@@ -387,7 +390,16 @@ def pending(key: str, state: KeyState, buffer: BufferLookup) -> tuple[list[Emiss
     while seq < state.next_expected:
         last = starts.get(seq)
         if last is not None:
-            out.append(GapSkipped(key, seq, last))
+            # A marker goes out no later than the message right after its
+            # range (the first one not given up): when that message's
+            # confirmation deleted it, the marker is durable too.
+            after = last + 1
+            while after in starts:
+                after = starts[after] + 1
+            if after < state.next_expected and buffer.get(after) is None:
+                missing.append(seq)
+            else:
+                out.append(GapSkipped(key, seq, last))
             seq = last + 1
             continue
         held = buffer.get(seq)

@@ -2,10 +2,10 @@
 ordered topology looks only at the keys with reorder-buffer entries
 (``OrderedTopology.on_assigned``), and must find what reading every key's
 state finds: the same gap timers, the same buffered count, the same
-outputs emitted again, but for one case the resequencer's docstring
-("Start-up") names: a key without entries whose ``confirmed`` a crash or a
-move left behind re-emits, with every key's state, gap markers that are
-durable downstream already; the buffer scan leaves them out.
+outputs emitted again. A key without entries whose ``confirmed`` a crash or
+a move left behind has only gap markers in its unconfirmed range, durable
+already (the resequencer's docstring, "Start-up"); neither scan emits them
+again, nor does any later start once the key has entries again.
 
 The worlds are those of ``test_crash_consistency`` (an in-memory store with
 a simulated changelog, crashes that keep any prefix of what was not
@@ -22,7 +22,7 @@ import logging
 import math
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from seqkeeper.settings import Settings
@@ -46,30 +46,21 @@ def armed(topology: OrderedTopology) -> list[tuple[float, str]]:
     return sorted(topology.timers._heaps.get(0, []))
 
 
-def compare(fast: OrderedTopology, full: OrderedTopology, durable: set[tuple[bytes, bytes]]) -> int:
+def compare(fast: OrderedTopology, full: OrderedTopology) -> None:
     """``fast`` scanned the keys with buffer entries, ``full`` every key's
-    state, both right after ``on_assigned`` on the same state; ``durable``:
-    the (key, value) pairs the ordered topic holds. How many outputs only
-    ``full`` emitted again (the documented exception)."""
+    state, both right after ``on_assigned`` on the same state."""
     store = fast.stores.state
     with_entries = {codecs.key_of(k) for k, _ in store.items(0, codecs.BUFFER)}
     assert fast.buffered == full.buffered
     assert fast.total_buffered == full.total_buffered
     assert armed(fast) == armed(full)
-    left_out = [r for r in full.outbox.records if r[1].decode() not in with_entries]  # type: ignore[union-attr]
-    kept = [r for r in full.outbox.records if r[1].decode() in with_entries]  # type: ignore[union-attr]
-    assert fast.outbox.records == kept
-    for topic, key, value, _ in left_out:  # only markers, each durable already
-        assert topic == "ordered" and b'"seqkeeper.GapSkipped"' in (value or b""), value
-        assert (key, value) in durable, (key, value)
+    assert fast.outbox.records == full.outbox.records
     assert fast.outbox.confirms == {
         slot: noted for slot, noted in full.outbox.confirms.items() if slot[1] in with_entries
     }
-    return len(left_out)
 
 
 class ScanWorld(World):
-    left_out = 0
     starts = 0
 
     def start(self) -> None:
@@ -80,8 +71,7 @@ class ScanWorld(World):
         full.on_assigned({0})
         self.topology = OrderedTopology(self.config, Stores(LoggedStore(self.changelog)))
         self.topology.on_assigned({0})
-        durable = {(r.key, r.value) for r in self.outputs.get("ordered", [])}
-        self.left_out += compare(self.topology, full, durable)  # type: ignore[arg-type]
+        compare(self.topology, full)
         self.starts += 1
         self.position = self.committed
 
@@ -102,6 +92,13 @@ actions = st.one_of(actions_for(TOPICS), st.just(("move",)))
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@example(  # a marker left unconfirmed by a crash, emitted again after a clean stop
+    seed=1000,
+    script=[("record",)] * 9
+    + [("tick",), ("tick",), ("commit",), ("crash", 0.0, None)]
+    + [("record",)] * 6
+    + [("stop",)],
+)
 @given(
     st.integers(0, 10_000),
     st.lists(
@@ -162,8 +159,11 @@ def test_a_key_waiting_for_a_gap_is_found_and_a_quiet_key_is_not(
 
 
 def test_markers_confirmed_before_a_move_are_not_emitted_again() -> None:
-    """The documented exception: the confirmation deleted the released
-    message, its new ``confirmed`` stayed in memory, and the partition moved."""
+    """The confirmation deleted the released message, its new ``confirmed``
+    stayed in memory, and the partition moved: the marker before that
+    message is durable, and neither scan emits it again; nor does a start
+    after the key's next message gave it a buffer entry (found by
+    hypothesis: a clean stop's next start emitted it again)."""
     store = MemoryStore()
     topology = _restarted(store)
     topology.on_record(0, 0, b"k", _event(3), 100.0, wall=1.0)  # 1 and 2 are missing
@@ -172,7 +172,10 @@ def test_markers_confirmed_before_a_move_are_not_emitted_again() -> None:
     assert [v for _, _, v, _ in batch.records if v and b"GapSkipped" in v]  # 1-2 given up
     topology.confirm(batch)  # 3 deleted from the buffer; confirmed=4 in memory only
     full = _restarted(store, scan_every_key=True)
-    [(_, _, marker, _)] = full.outbox.records  # durable already: emitted again anyway
-    assert marker is not None and b'"from":1,"to":2' in marker
+    assert full.outbox.records == []
     fast = _restarted(store)
     assert fast.outbox.records == [] and not fast.outbox.confirms
+    fast.on_record(0, 1, b"k", _event(5), 100.0, wall=11.0)  # waits for 4: an entry
+    assert list(fast.stores.buffered_keys(0)) == ["k"]
+    again = _restarted(store)
+    assert again.outbox.records == []
