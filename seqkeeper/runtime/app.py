@@ -60,6 +60,11 @@ def make_app(settings: Settings, app_id: str | None = None) -> App:
         web_enabled=True,
         web_host=settings.runtime.web_host,
         web_port=settings.runtime.web_port,
+        # Faust's /table/<name>/<key>/ reads table data and /router/ lists
+        # the group's URLs, with no way to ask for a token; the state
+        # queries (install_queries) are the only reads of the state served.
+        web_tables_enabled=False,
+        web_router_enabled=False,
         # the address published in the group assignment (state query redirects)
         canonical_url=settings.runtime.advertised_url or None,
         topic_partitions=settings.broker.partitions,
