@@ -173,7 +173,7 @@ def worker(
     )
     try:
         run_worker(settings)
-    except PluginError as e:  # the user's code cannot be loaded: one line
+    except (PluginError, SettingError) as e:  # the user's code or the token: one line
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(2) from None
 
