@@ -173,7 +173,7 @@ def worker(
     )
     try:
         run_worker(settings)
-    except PluginError as e:  # the user's code cannot be loaded: one line
+    except (PluginError, SettingError) as e:  # the user's code or the token: one line
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(2) from None
 
@@ -764,9 +764,17 @@ def inspect(
     if not message_id and not correlation_id:
         raise typer.BadParameter("give --message-id or --correlation-id")
     settings = settings_of(bootstrap=broker, app_id=app_id, web_port=web_port, web_host=web_host)
+
+    def say(line: str) -> None:
+        typer.echo(f"({line}; reading the changelog)", err=True)
+
     found = None
     if message_id and tenant and not correlation_id:
-        found = ask_worker(settings, message_id, tenant)
+        try:
+            found = ask_worker(settings, message_id, tenant, say=say)
+        except SettingError as e:  # the token's file
+            typer.echo(f"error: {e}", err=True)
+            raise typer.Exit(2) from None
         if found is not None:
             typer.echo(f"(asked the worker at {worker_url(settings)})", err=True)
     if found is None:

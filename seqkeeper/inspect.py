@@ -8,7 +8,9 @@ hides an old copy of it.
 A command named by messageId and tenant is asked of a running command
 worker first (:func:`ask_worker`, its state query ``GET /commands/...``):
 its answer is current and costs a point read per partition, where reading
-the changelog costs the whole topic.
+the changelog costs the whole topic. It sends the bearer token of the
+settings (``SEQKEEPER_HTTP_TOKEN`` or its file) when one is set, on every
+hop of a redirect too.
 """
 
 from __future__ import annotations
@@ -16,12 +18,12 @@ from __future__ import annotations
 import json
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 from urllib.parse import quote, urlencode
 
 from seqkeeper.processors.command import receipt_id, unscoped
-from seqkeeper.settings import Settings
+from seqkeeper.settings import VARS, Settings
 from seqkeeper.state.commands import (
     CORRELATION,
     RECEIPT,
@@ -129,21 +131,39 @@ def worker_url(settings: Settings) -> str | None:
 
 
 def ask_worker(
-    settings: Settings, message_id: str, tenant: str, timeout: float = 5.0
+    settings: Settings,
+    message_id: str,
+    tenant: str,
+    timeout: float = 5.0,
+    say: Callable[[str], None] = lambda line: None,
 ) -> list[dict[str, Any]] | None:
     """A tenant's command as the command worker owning it answers (its
     receipt and entity; redirects to the owner followed): ``[]`` when no
     partition holds it; ``None`` when no command worker answers for all
     partitions at the settings' web address (none runs, another topology's,
-    a rebalance), so the caller reads the changelog."""
+    a rebalance, a refusal: ``say`` is told why), so the caller reads the
+    changelog. A token that cannot be read is a ``SettingError``."""
     base = worker_url(settings)
     if base is None:
         return None
     url = f"{base}/commands/{quote(message_id, safe='')}?{urlencode({'tenant': tenant})}"
+    request = urllib.request.Request(url)
+    token = settings.runtime.query_token()
+    if token is not None:
+        # (add_header, not add_unredirected_header: urllib sends it again to
+        # the owner a 307 names, a worker of the same group)
+        request.add_header("Authorization", f"Bearer {token}")
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as response:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
             return [json.loads(response.read())]
     except urllib.error.HTTPError as error:
+        if error.code == 401:
+            say(
+                f"the worker at {base} refused the state query (401: "
+                f"{_json_of(error).get('error', 'unauthorized')}); set "
+                f"{VARS['http_token'].env} or {VARS['http_token_file'].env} to the workers' token"
+            )
+            return None
         # a search's 404 says which partitions it searched: all of them
         searched = error.code == 404 and "searched" in _json_of(error)
         return [] if searched else None

@@ -54,7 +54,12 @@ class Var:
         try:
             return self.parse(text)
         except ValueError as e:
-            raise SettingError(f"{self.env}={text!r}: {e}") from None
+            raise SettingError(f"{self.env}={self.shown(text)}: {e}") from None
+
+    def shown(self, text: str) -> str:
+        """``text`` (a value of this variable) as an error message may show
+        it: a secret's never is."""
+        return "***" if self.secret and text else repr(text)
 
     def with_unit(self, text: str) -> str:
         """``text`` (a value of this variable) with its unit, if it has one
@@ -146,6 +151,28 @@ def choice(*allowed: str) -> Callable[[str], str]:
 
     parse.__name__ = "choice"
     return parse
+
+
+#: The shortest bearer token accepted: a guessable one protects nothing.
+MIN_TOKEN_CHARS = 16
+
+
+def bearer_token(text: str) -> str:
+    """A bearer token: printable ASCII without spaces (as an ``Authorization``
+    header carries it), at least :data:`MIN_TOKEN_CHARS` long; empty: none.
+    The error never quotes the text (it is a secret)."""
+    if not text:
+        return text
+    if not all(33 <= ord(c) <= 126 for c in text):
+        raise ValueError(
+            "expected printable ASCII without spaces (it travels in an Authorization header)"
+        )
+    if len(text) < MIN_TOKEN_CHARS:
+        raise ValueError(
+            f"expected at least {MIN_TOKEN_CHARS} characters, e.g. the output of "
+            "python -c 'import secrets; print(secrets.token_urlsafe(32))'"
+        )
+    return text
 
 
 def names(text: str) -> tuple[str, ...]:
@@ -243,6 +270,29 @@ class RuntimeSettings:
         "",
         "How other workers and clients reach this worker's web server (state queries "
         "redirect there), e.g. http://worker-1:6066. Empty: http://WEB_HOST:WEB_PORT.",
+    )
+    state_queries: str = var(
+        "SEQKEEPER_STATE_QUERIES",
+        "on",
+        "State queries on the web server (GET /state/..., /entities/..., /commands/...), "
+        "which expose message data: on, or off (not served: 404). /health, /ready and "
+        "/metrics are served either way.",
+        choice("on", "off"),
+    )
+    http_token: str = var(
+        "SEQKEEPER_HTTP_TOKEN",
+        "",
+        "A bearer token every state query must carry (Authorization: Bearer <token>), "
+        "else 401; the same on every worker of the group. Empty: none asked. /health, "
+        "/ready and /metrics never ask for it.",
+        bearer_token,
+        secret=True,
+    )
+    http_token_file: str = var(
+        "SEQKEEPER_HTTP_TOKEN_FILE",
+        "",
+        "A file holding SEQKEEPER_HTTP_TOKEN instead (a mounted secret; a trailing newline "
+        "is ignored). Set one of the two, not both.",
     )
     session_timeout: float = var(
         "SEQKEEPER_SESSION_TIMEOUT",
@@ -347,6 +397,39 @@ class RuntimeSettings:
         positive_integer,
         "MiB",
     )
+
+    def query_token(self) -> str | None:
+        """The bearer token state queries must carry (``None``: none), from
+        :attr:`http_token` or the file :attr:`http_token_file` names. A
+        ``SettingError`` names the variable and what to do; it never quotes
+        the token."""
+        token_var, file_var = VARS["http_token"].env, VARS["http_token_file"].env
+        if not self.http_token_file:
+            return self.http_token or None
+        if self.http_token:
+            raise SettingError(
+                f"both {token_var} and {file_var} are set: set one of them (the token, or "
+                "the file that holds it)"
+            )
+        try:
+            text = Path(self.http_token_file).read_text(encoding="ascii")
+        except (OSError, UnicodeDecodeError) as e:
+            why = e.strerror if isinstance(e, OSError) else "not ASCII"
+            raise SettingError(
+                f"{file_var}={self.http_token_file!r}: cannot read the token ({why}); "
+                "name a readable file holding it"
+            ) from None
+        try:
+            # (a mounted secret often ends in a newline; nothing else is trimmed)
+            token = bearer_token(text.rstrip("\r\n"))
+        except ValueError as e:
+            raise SettingError(f"{file_var}={self.http_token_file!r}: its token: {e}") from None
+        if not token:
+            raise SettingError(
+                f"{file_var}={self.http_token_file!r}: the file is empty; write the token in "
+                f"it, or unset {file_var} to serve state queries without one"
+            )
+        return token
 
     def rocksdb_options(self) -> dict[str, int]:
         """Options of every table's RocksDB (Faust's ``Table(options=...)``)."""
@@ -696,7 +779,8 @@ class Settings:
                 try:  # a flag's text is checked as the variable's would be
                     value = v.parse(value)
                 except ValueError as e:
-                    raise SettingError(f"{name.replace('_', '-')}={value!r}: {e}") from None
+                    shown = v.shown(value)
+                    raise SettingError(f"{name.replace('_', '-')}={shown}: {e}") from None
             changed.setdefault(v.group, {})[name] = value
         return replace(
             self,

@@ -104,6 +104,8 @@ def run_worker(settings: Settings) -> None:
     from seqkeeper.runtime.task import LocalState, previous_members
     from seqkeeper.topologies import commands, ordered
 
+    # a token that cannot be used fails before any broker, as a bad value does
+    settings.runtime.query_token()
     # the user's code is loaded before any broker: a bad name fails fast
     wiring: Callable[[Settings], Wiring]
     codec = None

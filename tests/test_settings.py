@@ -204,3 +204,78 @@ def test_the_settings_command_shows_values_and_sources() -> None:
     assert bad.exit_code == 2
     markdown = CliRunner().invoke(app, ["settings", "--markdown"])
     assert markdown.output == markdown_table()
+
+
+TOKEN = "s3cr3t-t0ken-0123456789"
+
+
+def test_the_http_token_is_checked_and_never_quoted(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    assert VARS["http_token"].secret and not VARS["http_token_file"].secret
+    assert Settings.of(http_token=TOKEN).runtime.query_token() == TOKEN
+    assert Settings.of(http_token="").runtime.query_token() is None
+    for bad, reason in [("short-secret", "at least 16"), (TOKEN + " x", "without spaces")]:
+        monkeypatch.setenv("SEQKEEPER_HTTP_TOKEN", bad)
+        with pytest.raises(SettingError, match=reason) as caught:
+            Settings()
+        assert str(caught.value).startswith("SEQKEEPER_HTTP_TOKEN=***: ")
+        assert bad not in str(caught.value)
+        with pytest.raises(SettingError) as caught:
+            Settings.of(http_token=bad)
+        assert bad not in str(caught.value)
+    monkeypatch.delenv("SEQKEEPER_HTTP_TOKEN")
+
+    secret = tmp_path / "token"
+    secret.write_text(TOKEN + "\r\n")
+    assert Settings.of(http_token_file=str(secret)).runtime.query_token() == TOKEN
+    both = Settings.of(http_token=TOKEN, http_token_file=str(secret))
+    with pytest.raises(SettingError, match="both SEQKEEPER_HTTP_TOKEN and SEQKEEPER_HTTP_TOKEN_"):
+        both.runtime.query_token()
+    for text, reason in [
+        ("", "the file is empty"),
+        ("short\n", "at least 16"),
+        ("é" * 20, "not ASCII"),
+    ]:
+        secret.write_text(text)
+        with pytest.raises(SettingError, match=reason) as caught:
+            Settings.of(http_token_file=str(secret)).runtime.query_token()
+        assert str(caught.value).startswith(f"SEQKEEPER_HTTP_TOKEN_FILE={str(secret)!r}: ")
+        assert not text.strip() or text.strip() not in str(caught.value)
+    missing = Settings.of(http_token_file=str(tmp_path / "nope")).runtime
+    with pytest.raises(SettingError, match="cannot read the token .No such file"):
+        missing.query_token()
+
+
+def test_the_token_is_hidden_from_the_settings_command_and_help(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from seqkeeper.cli import app
+
+    env = {"COLUMNS": "400", "SEQKEEPER_HTTP_TOKEN": TOKEN}
+    shown = CliRunner().invoke(app, ["settings"], env=env)
+    assert shown.exit_code == 0 and TOKEN not in shown.output
+    row = next(line for line in shown.output.splitlines() if "SEQKEEPER_HTTP_TOKEN " in line)
+    assert "***" in row
+    assert TOKEN not in CliRunner().invoke(app, ["worker", "--help"], env=env).output
+    bad = CliRunner().invoke(app, ["settings"], env={"SEQKEEPER_HTTP_TOKEN": "tiny-secret"})
+    assert bad.exit_code == 2 and "tiny-secret" not in bad.output
+
+
+def test_a_worker_with_an_unusable_token_stops_before_any_broker(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from seqkeeper.cli import app
+
+    secret = tmp_path / "token"
+    secret.write_text(TOKEN)
+    env = {
+        "SEQKEEPER_HTTP_TOKEN": TOKEN,
+        "SEQKEEPER_HTTP_TOKEN_FILE": str(secret),
+        "KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:1",
+        "SEQKEEPER_DATA_DIR": str(tmp_path / "data"),
+    }
+    done = CliRunner().invoke(app, ["worker"], env=env)
+    assert done.exit_code == 2, done.output
+    assert "both SEQKEEPER_HTTP_TOKEN and SEQKEEPER_HTTP_TOKEN_FILE are set" in done.output
+    assert TOKEN not in done.output

@@ -38,7 +38,7 @@ from seqkeeper.runtime.progress import (
     readiness,
 )
 from seqkeeper.runtime.protocol import Query, Topology, Wiring
-from seqkeeper.runtime.queries import Placement, answer
+from seqkeeper.runtime.queries import Access, Placement, admit, answer
 from seqkeeper.runtime.task import Task, TaskState
 from seqkeeper.settings import Settings
 from seqkeeper.state.rocksdb import FaustRocksStore
@@ -60,6 +60,11 @@ def make_app(settings: Settings, app_id: str | None = None) -> App:
         web_enabled=True,
         web_host=settings.runtime.web_host,
         web_port=settings.runtime.web_port,
+        # Faust's /table/<name>/<key>/ reads table data and /router/ lists
+        # the group's URLs, with no way to ask for a token; the state
+        # queries (install_queries) are the only reads of the state served.
+        web_tables_enabled=False,
+        web_router_enabled=False,
         # the address published in the group assignment (state query redirects)
         canonical_url=settings.runtime.advertised_url or None,
         topic_partitions=settings.broker.partitions,
@@ -137,9 +142,17 @@ def install_health(app: Any, task: Task, progress: RestoreProgress) -> None:
 
 
 def install_queries(
-    app: Any, wiring: Wiring, topology: Topology, task: Task, partitions: int
+    app: Any,
+    wiring: Wiring,
+    topology: Topology,
+    task: Task,
+    partitions: int,
+    access: Access,
 ) -> None:
-    """``GET`` each of ``wiring``'s state queries (:mod:`seqkeeper.runtime.queries`)."""
+    """``GET`` each of ``wiring``'s state queries (:mod:`seqkeeper.runtime.queries`)
+    to whom ``access`` admits; none when state queries are off."""
+    if not access.served:
+        return  # (no route: 404, and nothing of the queries runs)
     topic = wiring.input_topic
 
     def placement() -> Placement:
@@ -157,6 +170,11 @@ def install_queries(
     def serve(query: Query) -> None:
         @app.page(query.path, name=query.path)  # type: ignore[untyped-decorator]
         async def read(web: Any, request: Any, **matched: str) -> Any:
+            # before anything else: a refused request learns nothing, not
+            # even a parameter's error or the key's owner
+            refused = admit(access, request.headers.get("Authorization"))
+            if refused is not None:
+                return web.json(refused.body, status=refused.status, headers=refused.headers)
             params = {**request.query, **matched}
             # (synchronous from here: no processing step runs in between)
             got = answer(query, topology, params, str(request.rel_url), placement())
@@ -264,7 +282,10 @@ def build_app(
     watch_restores(app, progress)
     install_metrics(app, wiring.registry(topology), progress)
     install_health(app, task, progress)
-    install_queries(app, wiring, topology, task, partitions)
+    access = Access(
+        served=settings.runtime.state_queries == "on", token=settings.runtime.query_token()
+    )
+    install_queries(app, wiring, topology, task, partitions, access)
 
     def owned() -> list[Any]:
         return owned_partitions(app, wiring.input_topic)

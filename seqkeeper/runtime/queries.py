@@ -17,10 +17,15 @@ partition this worker owns, then a redirect to the owner of the first
 partition not searched yet, the partitions searched so far in the
 ``searched`` parameter; so a chain of at most one hop per worker ends in the
 answer, or in a 404 once every partition was searched.
+
+Who may ask is decided first, by :func:`admit` from the worker's
+:class:`Access` and the request's ``Authorization`` header: state queries
+expose message data, so they can be turned off, or require a bearer token.
 """
 
 from __future__ import annotations
 
+import hmac
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -58,6 +63,59 @@ class Answer:
     status: int
     body: dict[str, Any]
     headers: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Access:
+    """Who may ask this worker's state queries: nobody (``served`` false),
+    anyone (``token`` ``None``), or only a request carrying exactly
+    ``token`` as its bearer token (RFC 6750)."""
+
+    served: bool = True
+    #: printable ASCII without spaces (seqkeeper.settings.bearer_token)
+    token: str | None = None
+
+    def __repr__(self) -> str:  # (a token is never printed)
+        return f"Access(served={self.served}, token={'***' if self.token else None})"
+
+
+#: The realm a 401 names in its ``WWW-Authenticate`` challenge.
+REALM = "seqkeeper"
+#: What a request must carry when a token is set (the token itself is
+#: never named in an answer).
+EXPECTED = "an Authorization header: Bearer <token>"
+
+
+def admit(access: Access, authorization: str | None) -> Answer | None:
+    """``None`` when a request whose ``Authorization`` header is
+    ``authorization`` (``None``: none) may be answered; else the refusal:
+    404 when state queries are off, 401 with a ``WWW-Authenticate: Bearer``
+    challenge when a token is set and the header does not carry exactly it.
+
+    Invariants (tests/runtime/test_queries.py): with a token, no request is
+    admitted unless its credentials equal the token; no refusal quotes the
+    header or the token."""
+    if not access.served:
+        return Answer(404, {"error": "not found: state queries are off on this worker"})
+    if access.token is None:
+        return None
+    if authorization is None or not authorization.strip():
+        return _unauthorized(f"missing {EXPECTED}", error=None)
+    scheme, _, credentials = authorization.strip().partition(" ")
+    credentials = credentials.strip()
+    if scheme.lower() != "bearer" or not credentials:
+        return _unauthorized(f"expected {EXPECTED}", error="invalid_request")
+    # The token is ASCII: anything else cannot be it (and compare_digest
+    # takes ASCII strings only). compare_digest's time does not depend on
+    # where the first difference is.
+    if not (credentials.isascii() and hmac.compare_digest(credentials, access.token)):
+        return _unauthorized("the bearer token is not this worker's", error="invalid_token")
+    return None
+
+
+def _unauthorized(why: str, error: str | None) -> Answer:
+    challenge = f'Bearer realm="{REALM}"' + (f', error="{error}"' if error else "")
+    return Answer(401, {"error": f"unauthorized: {why}"}, {"WWW-Authenticate": challenge})
 
 
 def answer(

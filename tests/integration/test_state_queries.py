@@ -1,7 +1,10 @@
 """State queries over HTTP with two workers in one group: asked for any
 key, worker A answers for the partitions it owns and redirects to B (307,
 B's address from the group assignment) for the others, and following the
-redirect gives the state; for the ordered and the command topology."""
+redirect gives the state; for the ordered and the command topology. With a
+bearer token set, only requests carrying it are answered, redirects and
+``seqkeeper inspect`` included; with state queries off, none are, while
+/ready, /health and /metrics are."""
 
 from __future__ import annotations
 
@@ -37,12 +40,18 @@ class NoRedirect(urllib.request.HTTPRedirectHandler):
         return None
 
 
-def get(url: str, follow: bool = False) -> tuple[int, dict[str, Any], dict[str, str]]:
+def get(
+    url: str, follow: bool = False, token: str | None = None
+) -> tuple[int, dict[str, Any], dict[str, str]]:
     """Status, JSON body and headers of ``GET url`` (redirects not followed
-    unless ``follow``)."""
+    unless ``follow``), with ``Authorization: Bearer <token>`` if given
+    (urllib sends it again when it follows a redirect)."""
     opener = urllib.request.build_opener() if follow else urllib.request.build_opener(NoRedirect)
+    request = urllib.request.Request(url)
+    if token is not None:
+        request.add_header("Authorization", f"Bearer {token}")
     try:
-        with opener.open(url, timeout=10) as response:
+        with opener.open(request, timeout=10) as response:
             return response.status, json.loads(response.read()), dict(response.headers)
     except urllib.error.HTTPError as error:
         return error.code, json.loads(error.read()), dict(error.headers)
@@ -69,15 +78,16 @@ def settled(
     path: Callable[[str], str],
     done: Callable[[dict[str, Any]], bool],
     timeout: float = 120,
+    token: str | None = None,
 ) -> dict[str, tuple[int, dict[str, Any], dict[str, str]]]:
     """A's answers for every key once each is its own state (200) or a
     redirect to B, both occur, and every state is ``done``."""
     deadline = time.monotonic() + timeout
     while True:
-        answers = {key: get(url(a) + path(key)) for key in KEYS}
+        answers = {key: get(url(a) + path(key), token=token) for key in KEYS}
         statuses = {status for status, _, _ in answers.values()}
         ready = statuses == {200, 307} and all(
-            done(body if status == 200 else get(url(a) + path(key), follow=True)[1])
+            done(body if status == 200 else get(url(a) + path(key), True, token)[1])
             for key, (status, body, _) in answers.items()
         )
         if ready:
@@ -221,3 +231,92 @@ def test_entities_and_commands_from_either_worker(make_settings, tmp_path) -> No
     finally:
         a.stop()
         b.stop()
+
+
+TOKEN = "a-bearer-token-0123456789"
+
+
+def test_with_a_token_only_its_bearer_is_answered_redirects_included(
+    make_settings, tmp_path, monkeypatch
+) -> None:
+    monkeypatch.delenv("SEQKEEPER_HTTP_TOKEN", raising=False)
+    base = make_settings(topology="commands", partitions=4, http_token=TOKEN)
+    asyncio.run(create_topics(base.broker.bootstrap, base.topics(), 4))
+    records = [command(key, f"add-{key}", 1) for key in KEYS]
+    asyncio.run(publish(base.broker.bootstrap, base.commands.command_topic, records))
+    a, b = two_workers(base, tmp_path)
+    try:
+        a.start().wait_ready()
+        b.start().wait_ready()
+
+        def path(key: str) -> str:
+            return f"/entities/t1/{quote(key)}"
+
+        answers = settled(a, b, path, lambda e: e.get("version") == 1, token=TOKEN)
+        mine = next(k for k in KEYS if answers[k][0] == 200)
+        theirs = next(k for k in KEYS if answers[k][0] == 307)
+        status, body, headers = get(url(a) + path(mine))
+        assert status == 401 and headers["WWW-Authenticate"] == 'Bearer realm="seqkeeper"'
+        assert "Authorization" in body["error"]
+        status, body, headers = get(url(a) + path(mine), token="not-the-token-0123456789")
+        assert status == 401 and 'error="invalid_token"' in headers["WWW-Authenticate"]
+        assert TOKEN not in json.dumps(body)
+        assert get(url(a) + path(mine), token=TOKEN)[:2] == answers[mine][:2]
+        # the owner refuses as well; a client re-sending its header is answered
+        status, _, headers = get(url(a) + path(theirs), token=TOKEN)
+        assert status == 307
+        assert get(headers["Location"])[0] == 401
+        status, body, _ = get(url(a) + path(theirs), follow=True, token=TOKEN)
+        assert status == 200 and body["id"] == theirs
+        assert get(url(a) + path(theirs), follow=True)[0] == 401  # (A refuses at once)
+        for open_path in ("/health", "/ready", "/metrics"):
+            with urllib.request.urlopen(url(a) + open_path, timeout=10) as response:
+                assert response.status == 200, open_path
+
+        # seqkeeper inspect sends the token of its settings, on every hop
+        def inspect(token: str | None) -> Result:
+            argv = ["inspect", "-b", base.broker.bootstrap, "--app-id", base.runtime.app_id]
+            port = str(a.settings.runtime.web_port)
+            env = {"SEQKEEPER_HTTP_TOKEN": token} if token else {}
+            argv += ["--message-id", f"add-{theirs}", "--tenant", "t1", "--web-port", port]
+            return CliRunner().invoke(app, argv, env=env)
+
+        shown = inspect(TOKEN)
+        assert shown.exit_code == 0, shown.output
+        assert f"(asked the worker at {url(a)})" in shown.stderr
+        assert orjson.loads(shown.stdout)[0]["command"]["message_id"] == f"add-{theirs}"
+        refused = inspect(None)  # told why, then the changelog is read
+        assert refused.exit_code == 0, refused.output
+        assert f"the worker at {url(a)} refused the state query (401" in refused.stderr
+        assert "SEQKEEPER_HTTP_TOKEN" in refused.stderr and "asked the worker" not in refused.stderr
+        assert orjson.loads(refused.stdout)[0]["command"]["status"] == "COMPLETED"
+        assert TOKEN not in a.log() + b.log()
+    finally:
+        a.stop()
+        b.stop()
+
+
+def status_of(url: str) -> int:
+    try:
+        with urllib.request.urlopen(url, timeout=10) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as error:
+        return error.code
+
+
+def test_with_state_queries_off_none_is_served_but_readiness_is(make_settings, tmp_path) -> None:
+    settings = make_settings(state_queries="off", web_port=free_port())
+    worker = WorkerProcess(settings, tmp_path / "worker.log")
+    try:
+        worker.start().wait_ready()
+        base = url(worker)
+        deadline = time.monotonic() + 60
+        while status_of(base + "/ready") != 200:
+            worker.check_alive()
+            assert time.monotonic() < deadline, "never ready"
+            time.sleep(0.5)
+        assert status_of(base + "/state/key-0") == 404
+        assert status_of(base + "/health") == 200
+        assert status_of(base + "/metrics") == 200
+    finally:
+        worker.stop()

@@ -1,16 +1,20 @@
 """Which worker answers a state query (seqkeeper/runtime/queries.py): the
 owner of the key's partition answers, the others redirect to it, nobody
 answers while nobody owns it; a query without a key is searched for, one
-hop per worker."""
+hop per worker. Who may ask (:func:`admit`): nobody when queries are off,
+only the bearer of the token when one is set."""
 
 from __future__ import annotations
 
 from typing import Any
 from urllib.parse import parse_qsl
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from seqkeeper.adapter.routing import key_partition
 from seqkeeper.runtime.protocol import BadQuery, Params, Query
-from seqkeeper.runtime.queries import RETRY_AFTER, Placement, answer
+from seqkeeper.runtime.queries import RETRY_AFTER, Access, Placement, admit, answer
 
 A, B = "http://127.0.0.1:6001", "http://127.0.0.1:6002"
 PARTITIONS = 4
@@ -100,3 +104,66 @@ def test_bad_parameters_are_a_400() -> None:
     assert answer(SEARCHED, STATE, {"key": "k"}, "/", placement(A)).status == 400
     got = answer(SEARCHED, STATE, {"key": "k", "tenant": "t", "searched": "x"}, "/", placement(A))
     assert got.status == 400 and "searched" in got.body["error"]
+
+
+TOKEN = "s3cr3t-t0ken-0123456789"
+GUARDED = Access(token=TOKEN)
+
+
+def test_without_a_token_anyone_is_admitted_and_off_is_a_404() -> None:
+    for header in (None, "", "Bearer x", "Basic dXNlcjpwdw=="):
+        assert admit(Access(), header) is None
+        for access in (Access(served=False), Access(served=False, token=TOKEN)):
+            refused = admit(access, header)
+            assert refused is not None and refused.status == 404
+    assert admit(Access(served=False, token=TOKEN), f"Bearer {TOKEN}") is not None
+
+
+def test_with_a_token_only_its_bearer_is_admitted() -> None:
+    assert admit(GUARDED, f"Bearer {TOKEN}") is None
+    assert admit(GUARDED, f"bearer  {TOKEN} ") is None  # (the scheme is case-insensitive)
+    cases = {
+        None: ('Bearer realm="seqkeeper"', "missing an Authorization header"),
+        "  ": ('Bearer realm="seqkeeper"', "missing an Authorization header"),
+        "Bearer": ('Bearer realm="seqkeeper", error="invalid_request"', "expected an"),
+        TOKEN: ('Bearer realm="seqkeeper", error="invalid_request"', "expected an"),
+        f"Basic {TOKEN}": ('Bearer realm="seqkeeper", error="invalid_request"', "expected an"),
+        f"Bearer {TOKEN}x": ('Bearer realm="seqkeeper", error="invalid_token"', "not this"),
+        f"Bearer {TOKEN[:-1]}": ('Bearer realm="seqkeeper", error="invalid_token"', "not this"),
+        f"Bearer {TOKEN.upper()}": ('Bearer realm="seqkeeper", error="invalid_token"', "not"),
+        f"Bearer {TOKEN[:-1]}\u00e9": ('Bearer realm="seqkeeper", error="invalid_token"', "not"),
+    }
+    for header, (challenge, why) in cases.items():
+        refused = admit(GUARDED, header)
+        assert refused is not None, header
+        assert refused.status == 401 and refused.headers == {"WWW-Authenticate": challenge}
+        assert refused.body["error"].startswith("unauthorized: "), refused.body
+        assert why in refused.body["error"], refused.body
+        assert TOKEN[:8] not in str(refused), "a refusal quotes the token"
+    assert TOKEN not in repr(GUARDED)
+
+
+tokens = st.text(st.characters(min_codepoint=33, max_codepoint=126), min_size=16, max_size=40)
+
+
+@given(token=tokens, header=st.one_of(st.none(), st.text(max_size=60)), scheme=st.booleans())
+def test_no_request_without_the_exact_token_is_admitted(
+    token: str, header: str | None, scheme: bool
+) -> None:
+    if scheme and header is not None:
+        header = f"Bearer {header}"
+    refused = admit(Access(token=token), header)
+    credentials = (header or "").strip().partition(" ")[2].strip()
+    if refused is None:
+        assert credentials == token and header is not None
+        assert header.strip().partition(" ")[0].lower() == "bearer"
+    else:
+        assert refused.status == 401 and "WWW-Authenticate" in refused.headers
+        # (no run of 16 characters without a space in the bodies' own words)
+        assert token not in str(refused.body)
+
+
+@given(token=tokens)
+def test_the_exact_token_is_always_admitted(token: str) -> None:
+    assert admit(Access(token=token), f"Bearer {token}") is None
+    assert admit(Access(token=token), f"Bearer {token[1:]}") is not None
