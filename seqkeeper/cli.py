@@ -191,6 +191,13 @@ def compact(
     purge_days: Annotated[
         Optional[int], typer.Option(help="Then delete audit days older than this many days.")
     ] = None,
+    reseal: Annotated[
+        bool,
+        typer.Option(
+            help="Then move every sealed value of the warehouse to the current audit key "
+            "(key rotation) and report what is left under other keys (exit 1 if any)."
+        ),
+    ] = False,
 ) -> None:
     """Compact the changelog topics (state snapshots) and the message topics
     (audit log) into Parquet, incrementally (PySpark)."""
@@ -204,6 +211,14 @@ def compact(
     console = Console()
     settings = settings_of(bootstrap=broker, app_id=app_id)
     sealer = _sealer()
+    if reseal and sealer is None:
+        typer.echo(
+            f"error: --reseal moves sealed values to the current audit key, but none is set: "
+            f"set {VARS['audit_key'].env} (or {VARS['audit_key_file'].env}) to the new key "
+            f"and list the old one in {VARS['audit_decrypt_keys'].env}",
+            err=True,
+        )
+        raise typer.Exit(2)
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
     with Progress(*columns, console=console) as bar:
         units = bar.add_task("starting Spark", total=None)
@@ -231,12 +246,21 @@ def compact(
             stop.set()
             watcher.join()
             spark.stop()
+        if reseal:
+            from seqkeeper.spark_sink.reseal import reseal_warehouse
+
+            files = bar.add_task("resealing files", total=None)
+            report = reseal_warehouse(
+                warehouse, sealer, lambda d, t: bar.update(files, completed=d, total=t)
+            )
     if not done:
         console.print("no seqkeeper topics on this broker: nothing to compact")
-        raise typer.Exit(1)
-    console.print(
-        f"committed under {warehouse}: " + ", ".join(f"{k} run {v}" for k, v in done.items())
-    )
+        if not reseal:
+            raise typer.Exit(1)
+    else:
+        console.print(
+            f"committed under {warehouse}: " + ", ".join(f"{k} run {v}" for k, v in done.items())
+        )
     if purge_days is not None:
         from seqkeeper.spark_sink.audit import purge_audit
 
@@ -244,6 +268,30 @@ def compact(
         console.print(
             f"retention: {gone} audit day partitions older than {purge_days} days deleted"
         )
+    if reseal:
+        text, code = reseal_summary(report, sealer)
+        console.print(text, markup=False, highlight=False)
+        raise typer.Exit(code)
+
+
+def reseal_summary(report: Any, sealer: Any) -> tuple[str, int]:
+    """What ``compact --reseal`` prints and its exit code: 0 once nothing is
+    left under another key (the old keys can go), else 1."""
+    head = (
+        f"reseal: {report.resealed} values moved to key {sealer.key_id} "
+        f"({report.rewritten} of {report.files} files rewritten); "
+    )
+    if not report.left:
+        return head + "0 values left under other keys: the decrypt-only keys can be dropped", 0
+    by_key = ", ".join(f"{key}: {n}" for key, n in sorted(report.left.items()))
+    return (
+        head
+        + f"{report.left_total} values could not be opened with the keys given "
+        + f"(by key id: {by_key}): list the keys that sealed them in "
+        + f"{VARS['audit_decrypt_keys'].env} and run again; drop no key before. "
+        + f"First error: {report.first_error}",
+        1,
+    )
 
 
 @app.command()

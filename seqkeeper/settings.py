@@ -54,12 +54,12 @@ class Var:
         try:
             return self.parse(text)
         except ValueError as e:
-            raise SettingError(f"{self.env}={self.shown(text)}: {e}") from None
+            raise SettingError(f"{self.shown(text)}: {e}") from None
 
-    def shown(self, text: str) -> str:
-        """``text`` (a value of this variable) as an error message may show
-        it: a secret's never is."""
-        return "***" if self.secret and text else repr(text)
+    def shown(self, text: str, label: str = "") -> str:
+        """``label=text`` for an error message (``label``: the variable by
+        default); a secret's value is never shown."""
+        return f"{label or self.env}={'***' if self.secret else repr(text)}"
 
     def with_unit(self, text: str) -> str:
         """``text`` (a value of this variable) with its unit, if it has one
@@ -703,12 +703,72 @@ class SparkSettings:
         "base64 (seqkeeper keygen). Empty: nothing is encrypted.",
         secret=True,
     )
+    audit_key_file: str = var(
+        "SEQKEEPER_AUDIT_KEY_FILE",
+        "",
+        "A file holding the audit key instead (a mounted secret; surrounding whitespace "
+        "ignored). Set this or SEQKEEPER_AUDIT_KEY, not both.",
+    )
+    audit_decrypt_keys: tuple[str, ...] = var(
+        "SEQKEEPER_AUDIT_DECRYPT_KEYS",
+        "",
+        "Comma-separated old audit keys that open data but never seal it (key rotation, "
+        "docs/security.md).",
+        names,
+        secret=True,
+    )
+    audit_decrypt_keys_file: str = var(
+        "SEQKEEPER_AUDIT_DECRYPT_KEYS_FILE",
+        "",
+        "A file holding the decrypt-only keys instead (one per line, or comma-separated).",
+    )
     sensitive_fields: tuple[str, ...] = var(
         "SEQKEEPER_SENSITIVE_FIELDS",
         "",
         "Comma-separated value fields that the audit log stores encrypted (needs the key).",
         names,
     )
+
+    def audit_key_text(self) -> str:
+        """The current audit key's text, from the variable or its file
+        (empty: no key). Never echoes the key: errors name the variables
+        and the file's path only."""
+        return _secret_text(self.audit_key, "audit_key", self.audit_key_file, "audit_key_file")
+
+    def audit_decrypt_key_texts(self) -> tuple[str, ...]:
+        """The decrypt-only keys' texts, from the variable or its file."""
+        if not self.audit_decrypt_keys_file:
+            return self.audit_decrypt_keys
+        text = _secret_text(
+            ",".join(self.audit_decrypt_keys),
+            "audit_decrypt_keys",
+            self.audit_decrypt_keys_file,
+            "audit_decrypt_keys_file",
+        )
+        return names(text.replace("\n", ","))
+
+
+def _secret_text(value: str, name: str, path: str, file_name: str) -> str:
+    """A secret given either inline (variable ``name``) or as a file
+    (variable ``file_name``): setting both is ambiguous, so an error; the
+    file's surrounding whitespace (a trailing newline) is dropped."""
+    env, file_env = VARS[name].env, VARS[file_name].env
+    if not path:
+        return value
+    if value:
+        raise SettingError(f"both {env} and {file_env} are set: unset one of them")
+    try:
+        text = Path(path).read_text(encoding="utf-8").strip()
+    except OSError as e:
+        raise SettingError(
+            f"{file_env}={path!r}: cannot read it ({e.strerror or e}): mount the file there "
+            f"or unset {file_env}"
+        ) from None
+    except UnicodeDecodeError:
+        raise SettingError(f"{file_env}={path!r}: not a text file") from None
+    if not text:
+        raise SettingError(f"{file_env}={path!r}: the file is empty")
+    return text
 
 
 GROUPS: dict[str, type] = {
@@ -779,8 +839,7 @@ class Settings:
                 try:  # a flag's text is checked as the variable's would be
                     value = v.parse(value)
                 except ValueError as e:
-                    shown = v.shown(value)
-                    raise SettingError(f"{name.replace('_', '-')}={shown}: {e}") from None
+                    raise SettingError(f"{v.shown(value, name.replace('_', '-'))}: {e}") from None
             changed.setdefault(v.group, {})[name] = value
         return replace(
             self,

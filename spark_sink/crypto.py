@@ -2,11 +2,12 @@
 
 Fields are marked by dotted paths into a message's ``data`` (``payload`` for
 commands), e.g. ``SEQKEEPER_SENSITIVE_FIELDS=email,card.number``; the key is
-32 bytes, url-safe base64, from ``SEQKEEPER_AUDIT_KEY`` (make one with
-``seqkeeper keygen``). With both set:
+32 bytes, url-safe base64, from ``SEQKEEPER_AUDIT_KEY`` or the file named by
+``SEQKEEPER_AUDIT_KEY_FILE`` (make one with ``seqkeeper keygen``). With both
+a key and fields set:
 
 * each marked field's value in ``data`` becomes the string
-  ``enc:v1:<base64>``, so the other fields stay queryable;
+  ``enc:v2:<key id>:<base64>``, so the other fields stay queryable;
 * the raw ``value`` bytes kept for replay (and the raw state values of the
   snapshots) are sealed whole, so nothing sensitive is left in clear;
 * the readers (:mod:`spark_sink.store`, ``seqkeeper replay``) open them with
@@ -17,28 +18,48 @@ truncated to 96 bits. The context names the record and the field, so the
 same record compacted twice gives the same bytes (reruns stay identical) and
 a nonce repeats only for an identical (context, plaintext), which repeats
 the identical ciphertext and so leaks nothing new.
+
+Key rotation (docs/security.md): only the current key seals; the old keys
+listed in ``SEQKEEPER_AUDIT_DECRYPT_KEYS`` only open. A token names the key
+that sealed it (the first 8 hex digits of its public :attr:`Sealer.key_id`),
+so opening picks the key without trying them all; ``enc:v1:`` tokens, from
+before the id was written, are opened by trying the current key, then each
+decrypt-only key. :meth:`Sealer.reseal` moves a token to the current key.
 """
 
 from __future__ import annotations
 
 import base64
+import binascii
 import hashlib
 import hmac
 import secrets
-from dataclasses import dataclass
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 
-from seqkeeper.settings import VARS, SparkSettings
+from seqkeeper.settings import VARS, SettingError, SparkSettings
 
-PREFIX = "enc:v1:"
+#: The form every new token takes: ``enc:v2:<8 hex digits of the key id>:<base64>``.
+PREFIX = "enc:v2:"
+#: The form before key rotation: no key id (opened by trying each key).
+PREFIX_V1 = "enc:v1:"
 KEY_ENV = VARS["audit_key"].env
+KEY_FILE_ENV = VARS["audit_key_file"].env
+DECRYPT_ENV = VARS["audit_decrypt_keys"].env
+DECRYPT_FILE_ENV = VARS["audit_decrypt_keys_file"].env
 FIELDS_ENV = VARS["sensitive_fields"].env
+#: Hex digits of the key id a token carries.
+TOKEN_ID_LENGTH = 8
+#: The label of v1 tokens no given key opens (their key is not named in them).
+UNKNOWN_V1 = "enc:v1 (key not given)"
 
 
 class AuditKeyError(ValueError):
-    """A missing, malformed or wrong audit key."""
+    """A missing, malformed or wrong audit key. Its message never holds a
+    key: it names the variable (and the key's public id) instead."""
 
 
 def new_key() -> str:
@@ -46,58 +67,158 @@ def new_key() -> str:
     return base64.urlsafe_b64encode(secrets.token_bytes(32)).decode("ascii")
 
 
-def _decode_key(text: str) -> bytes:
+def _decode_key(text: str, source: str = KEY_ENV) -> bytes:
+    """The 32 key bytes of ``text``; ``source`` names where it came from in
+    the error (which never quotes the text, nor the decoder's message,
+    which can quote a character of it)."""
     try:
         raw = base64.urlsafe_b64decode(text.strip().encode("ascii"))
-    except (ValueError, UnicodeEncodeError) as e:
-        raise AuditKeyError(f"{KEY_ENV} is not url-safe base64: {e}") from None
+    except (ValueError, UnicodeEncodeError, binascii.Error):
+        raise AuditKeyError(
+            f"{source} is not url-safe base64: make a key with seqkeeper keygen"
+        ) from None
     if len(raw) != 32:
-        raise AuditKeyError(f"{KEY_ENV} must decode to 32 bytes, not {len(raw)}")
+        raise AuditKeyError(
+            f"{source} must decode to 32 bytes, not {len(raw)}: make a key with seqkeeper keygen"
+        )
     return raw
+
+
+def fingerprint(key: bytes) -> str:
+    """A key's public id: 16 hex digits that tell keys apart and reveal
+    nothing of them (recorded with each run, carried by each token)."""
+    return hashlib.sha256(b"seqkeeper-key-id" + key).hexdigest()[:16]
 
 
 @dataclass(frozen=True)
 class Sealer:
-    """Seals and opens values with one key; ``fields`` are the marked paths."""
+    """Seals with ``key`` only; opens with ``key`` or any of
+    ``decrypt_keys`` (old keys during a rotation); ``fields`` are the marked
+    paths. No key is part of its repr, so none reaches a log or an error."""
 
-    key: bytes
+    key: bytes = field(repr=False)
     fields: tuple[str, ...] = ()
+    decrypt_keys: tuple[bytes, ...] = field(default=(), repr=False)
 
     @classmethod
     def from_env(cls) -> Sealer | None:
         """The sealer the environment configures: ``None`` without a key
         (then marking fields is an error, not a silent clear-text write)."""
-        spark = SparkSettings()
-        fields, text = spark.sensitive_fields, spark.audit_key
+        try:
+            spark = SparkSettings()
+            text = spark.audit_key_text()
+            olds = spark.audit_decrypt_key_texts()
+        except SettingError as e:
+            raise AuditKeyError(str(e)) from None
+        fields = spark.sensitive_fields
         if not text:
             if fields:
-                raise AuditKeyError(f"{FIELDS_ENV} marks fields to encrypt but {KEY_ENV} is unset")
+                raise AuditKeyError(
+                    f"{FIELDS_ENV} marks fields to encrypt but {KEY_ENV} is unset "
+                    f"(and {KEY_FILE_ENV} too)"
+                )
+            if olds:
+                raise AuditKeyError(
+                    f"{DECRYPT_ENV} lists old keys but {KEY_ENV} is unset (and {KEY_FILE_ENV} "
+                    "too): set the current key as well (the old ones only open data)"
+                )
             return None
-        return cls(_decode_key(text), fields)
+        source = KEY_FILE_ENV if spark.audit_key_file else KEY_ENV
+        olds_source = DECRYPT_FILE_ENV if spark.audit_decrypt_keys_file else DECRYPT_ENV
+        decrypt = tuple(
+            _decode_key(old, f"{olds_source}, key {n}") for n, old in enumerate(olds, 1)
+        )
+        return cls(_decode_key(text, source), fields, decrypt)
+
+    def __post_init__(self) -> None:
+        # the current key first, each key once: opening tries them in this order
+        unique = tuple(k for k in dict.fromkeys(self.decrypt_keys) if k != self.key)
+        object.__setattr__(self, "decrypt_keys", unique)
 
     @property
     def key_id(self) -> str:
-        """A public fingerprint of the key (recorded with each run)."""
-        return hashlib.sha256(b"seqkeeper-key-id" + self.key).hexdigest()[:16]
+        """A public fingerprint of the current key (recorded with each run)."""
+        return fingerprint(self.key)
+
+    @property
+    def decrypt_key_ids(self) -> tuple[str, ...]:
+        """The public fingerprints of the decrypt-only keys."""
+        return tuple(fingerprint(k) for k in self.decrypt_keys)
+
+    def _keys(self) -> Iterator[bytes]:
+        yield self.key
+        yield from self.decrypt_keys
 
     def seal(self, plain: bytes, context: bytes) -> str:
+        """``plain`` sealed with the current key, bound to ``context``;
+        deterministic: the same (context, plain) gives the same token."""
         from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
         nonce = hmac.new(self.key, context + b"\x00" + plain, hashlib.sha256).digest()[:12]
         sealed = AESGCM(self.key).encrypt(nonce, plain, context)
-        return PREFIX + base64.urlsafe_b64encode(nonce + sealed).decode("ascii")
+        body = base64.urlsafe_b64encode(nonce + sealed).decode("ascii")
+        return f"{PREFIX}{self.key_id[:TOKEN_ID_LENGTH]}:{body}"
 
     def open(self, token: str, context: bytes) -> bytes:
+        """The plaintext of ``token`` (either form), or an
+        :class:`AuditKeyError` naming the key it needs."""
+        return self._open(token, context)[0]
+
+    def sealed_under(self, token: str, context: bytes) -> str | None:
+        """The id of the key, among those given here, that sealed ``token``
+        (``None``: none of them opens it)."""
+        try:
+            return fingerprint(self._open(token, context)[1])
+        except AuditKeyError:
+            return None
+
+    def _open(self, token: str, context: bytes) -> tuple[bytes, bytes]:
+        """(plaintext, the key that opened it). A v2 token names its key,
+        so only a v1 token is tried with each key in turn."""
         from cryptography.exceptions import InvalidTag
         from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-        raw = base64.urlsafe_b64decode(token[len(PREFIX) :].encode("ascii"))
-        try:
-            return AESGCM(self.key).decrypt(raw[:12], raw[12:], context)
-        except InvalidTag:
+        token_id, body = _parts(token)
+        if token_id is None:
+            candidates = list(self._keys())
+        else:
+            candidates = [k for k in self._keys() if fingerprint(k).startswith(token_id)]
+            if not candidates:
+                raise AuditKeyError(
+                    f"cannot decrypt: wrong key: this value was sealed under key id "
+                    f"{token_id}, which is neither {KEY_ENV} (id {self.key_id}) nor listed in "
+                    f"{DECRYPT_ENV}: list the key that sealed it there"
+                )
+        raw = _b64(body)
+        for key in candidates:
+            try:
+                return AESGCM(key).decrypt(raw[:12], raw[12:], context), key
+            except InvalidTag:
+                continue
+        if token_id is None:
             raise AuditKeyError(
-                f"cannot decrypt: wrong {KEY_ENV} (or the row was altered)"
-            ) from None
+                f"cannot decrypt an enc:v1 value: wrong key (neither {KEY_ENV} nor the "
+                f"{len(self.decrypt_keys)} keys in {DECRYPT_ENV} open it), or the row was "
+                "altered: list the key that sealed it there"
+            )
+        raise AuditKeyError(
+            f"cannot decrypt a value sealed under key id {token_id}: wrong record "
+            "(the row was altered, or moved from another record)"
+        )
+
+    def is_current(self, token: str) -> bool:
+        """Whether ``token`` is in the current form under the current key
+        (then :meth:`reseal` leaves it as it is, without decrypting)."""
+        token_id, _ = _parts(token)
+        return token_id is not None and self.key_id.startswith(token_id)
+
+    def reseal(self, token: str, context: bytes) -> str:
+        """``token`` sealed with the current key: unchanged if it already
+        is; else opened (with whichever key sealed it) and sealed again,
+        which gives the bytes a fresh compaction under this key would."""
+        if self.is_current(token):
+            return token
+        return self.seal(self.open(token, context), context)
 
     def seal_bytes(self, plain: bytes | None, context: str) -> bytes | None:
         if plain is None:
@@ -105,7 +226,7 @@ class Sealer:
         return self.seal(plain, b"value:" + context.encode()).encode("ascii")
 
     def open_bytes(self, sealed: bytes | None, context: str) -> bytes | None:
-        if sealed is None or not sealed.startswith(PREFIX.encode()):
+        if sealed is None or not is_sealed(sealed):
             return sealed
         return self.open(sealed.decode("ascii"), b"value:" + context.encode())
 
@@ -136,7 +257,7 @@ class Sealer:
         def walk(node: Any, path: str) -> Any:
             if isinstance(node, dict):
                 return {k: walk(v, f"{path}.{k}" if path else k) for k, v in node.items()}
-            if isinstance(node, str) and node.startswith(PREFIX):
+            if isinstance(node, str) and is_sealed(node):
                 return walk(orjson.loads(self.open(node, f"field:{context}:{path}".encode())), path)
             return node
 
@@ -159,6 +280,25 @@ class Sealer:
 
 
 def is_sealed(value: bytes | str | None) -> bool:
+    """Whether ``value`` is a token (either form)."""
     if value is None:
         return False
-    return (value if isinstance(value, str) else value[:7].decode("latin-1")).startswith(PREFIX)
+    head = value[:7] if isinstance(value, str) else value[:7].decode("latin-1")
+    return head in (PREFIX, PREFIX_V1)
+
+
+def _parts(token: str) -> tuple[str | None, str]:
+    """(the key id a token names, or ``None`` for v1; its base64 body)."""
+    if token.startswith(PREFIX_V1):
+        return None, token[len(PREFIX_V1) :]
+    token_id, sep, body = token[len(PREFIX) :].partition(":")
+    if not token.startswith(PREFIX) or not sep:
+        raise AuditKeyError(f"not a sealed value (expected {PREFIX}<key id>:<base64>)")
+    return token_id, body
+
+
+def _b64(body: str) -> bytes:
+    try:
+        return base64.urlsafe_b64decode(body.encode("ascii"))
+    except (ValueError, UnicodeEncodeError, binascii.Error):
+        raise AuditKeyError("cannot decrypt: the sealed value is not base64 (altered?)") from None

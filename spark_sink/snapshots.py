@@ -66,7 +66,7 @@ def exact_ends(bootstrap: str, topics: list[str]) -> dict[str, dict[str, int]]:
 
 #: Families whose decoded text holds users' data as a whole (sealed whole when an
 #: audit key is set); the buffer's messages are sealed field by field instead.
-_MESSAGE_FAMILIES = {"entity", "receipt", "processed", "queued", "outputs"}
+MESSAGE_FAMILIES = {"entity", "receipt", "processed", "queued", "outputs"}
 
 
 def decoder(topic: str) -> Callable[[bytes, bytes], tuple[str, str, str | None, str | None]] | None:
@@ -101,7 +101,7 @@ def _decoded(frame: Any, topic: str, sealer: Sealer | None) -> Any:
         if sealer is not None and text is not None:
             if family == "buffer":
                 text = sealer.seal_message(text, ctx)
-            elif family in _MESSAGE_FAMILIES:
+            elif family in MESSAGE_FAMILIES:
                 text = sealer.seal(text.encode(), f"decoded:{ctx}".encode())
         return (family, subject, item, text)
 

@@ -1,0 +1,245 @@
+"""``seqkeeper compact --reseal``: move every sealed value of the warehouse
+to the current audit key, so an old key can be dropped (key rotation,
+docs/security.md).
+
+Compaction seals new rows with the current key, and rewrites each state
+snapshot whole (so its values move to the current key at every run), but
+it never rewrites the audit log's earlier runs. This pass does, file by
+file, in the committed audit runs and the latest snapshot tables:
+
+* each file is read, its sealed values not under the current key are
+  opened (with whichever given key sealed them) and sealed again with the
+  current key, which gives the bytes a fresh compaction under that key
+  would; everything else (rows, order, clear values, Spark's schema) is
+  kept as it was;
+* the new file is written beside the old one under a hidden name
+  (readers, pyarrow and Spark, skip names starting with ``.``), then
+  renamed over it (``os.replace``, atomic), after its stale Hadoop
+  checksum (``.<name>.crc``) is removed. A crash leaves each file
+  either old or new, both readable with the keys given, and at most a
+  hidden leftover that the next pass overwrites; rerunning the pass
+  finishes the work, and a file already under the current key is not
+  rewritten.
+
+Values no given key opens are left as they are and counted by the key id
+they name: when the report's count is 0 nothing needs the old keys any more.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from seqkeeper.spark_sink.crypto import (
+    PREFIX,
+    TOKEN_ID_LENGTH,
+    UNKNOWN_V1,
+    AuditKeyError,
+    Sealer,
+    is_sealed,
+)
+from seqkeeper.spark_sink.snapshots import MESSAGE_FAMILIES, last_commit, latest_run
+
+
+@dataclass
+class ResealReport:
+    """What a pass did and what it could not do."""
+
+    files: int = 0  #: Parquet files looked at
+    rewritten: int = 0  #: of which rewritten
+    resealed: int = 0  #: values moved to the current key
+    left: Counter[str] = field(default_factory=Counter)  #: values still under other keys, by key id
+    first_error: str = ""  #: why the first value left could not be opened
+
+    @property
+    def left_total(self) -> int:
+        return sum(self.left.values())
+
+
+def sealed_files(warehouse: Path) -> list[Path]:
+    """The Parquet files readers read: the committed audit runs (a run past
+    ``_LATEST`` is invisible and rewritten by the next compaction) and the
+    latest snapshot table of each changelog (earlier snapshot runs are not
+    read by anything)."""
+    out: list[Path] = []
+    audit = warehouse / "audit"
+    run, _ = last_commit(audit, {})
+    for n in range(1, run + 1):
+        out.extend(_parquet(audit / f"run={n}"))
+    _, commit = latest_run(warehouse)
+    for path in sorted(commit.get("tables", {}).values()):
+        out.extend(_parquet(warehouse / path))
+    return out
+
+
+def _parquet(directory: Path) -> list[Path]:
+    return sorted(p for p in directory.rglob("*.parquet") if not p.name.startswith((".", "_")))
+
+
+def reseal_warehouse(
+    warehouse: Path,
+    sealer: Sealer,
+    progress: Callable[[int, int], None] = lambda done, total: None,
+) -> ResealReport:
+    """Reseal every file of :func:`sealed_files` (``progress(done, total)``
+    after each); the report counts what is left under other keys."""
+    files = sealed_files(warehouse)
+    report = ResealReport()
+    progress(0, len(files))
+    for n, path in enumerate(files, 1):
+        reseal_file(path, sealer, report)
+        progress(n, len(files))
+    return report
+
+
+def reseal_file(path: Path, sealer: Sealer, report: ResealReport) -> None:
+    """Reseal one audit or snapshot file in place (atomically), adding to ``report``."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    parquet = pq.ParquetFile(path)
+    table = parquet.read()
+    # Spark writes timestamps as INT96: written back as INT96 they keep the
+    # type Spark reads from the other files of the table.
+    int96 = any(
+        parquet.schema.column(i).physical_type == "INT96" for i in range(len(parquet.schema))
+    )
+    report.files += 1
+    names = table.column_names
+    if not {"topic", "partition", "offset"} <= set(names):
+        return
+    contexts = [
+        f"{t}:{p}:{o}"
+        for t, p, o in zip(
+            table["topic"].to_pylist(),
+            table["partition"].to_pylist(),
+            table["offset"].to_pylist(),
+            strict=True,
+        )
+    ]
+    tally = _Tally(sealer, report)
+    families = table["family"].to_pylist() if "family" in names else None
+    changed = False
+    for name in ("value", "data", "decoded"):
+        if name not in names:
+            continue
+        old = table[name].to_pylist()
+        if name == "value":
+            new: list[Any] = [tally.value(v, c) for v, c in zip(old, contexts, strict=True)]
+        elif name == "data":
+            new = [tally.data(v, c) for v, c in zip(old, contexts, strict=True)]
+        else:
+            fams = families or [None] * len(old)
+            new = [tally.decoded(v, c, f) for v, c, f in zip(old, contexts, fams, strict=True)]
+        if new != old:
+            column = pa.array(new, type=table.schema.field(name).type)
+            table = table.set_column(names.index(name), table.schema.field(name), column)
+            changed = True
+    if not changed:
+        return
+    tmp = path.with_name(f".{path.name}.reseal")
+    pq.write_table(
+        table,
+        tmp,
+        compression="snappy",
+        use_deprecated_int96_timestamps=int96,
+        coerce_timestamps=None if int96 else "us",
+    )
+    with open(tmp, "rb") as f:  # on disk before it replaces the old file
+        os.fsync(f.fileno())
+    # Spark (Hadoop's local file system) keeps a checksum of each file beside
+    # it and refuses a file that no longer matches; without one it reads the
+    # file unchecked. So the checksum goes first: a crash between the two
+    # steps leaves the old file unchecked, never the new one refused.
+    path.with_name(f".{path.name}.crc").unlink(missing_ok=True)
+    os.replace(tmp, path)
+    report.rewritten += 1
+
+
+class _Tally:
+    """Reseals the tokens of one file's columns, counting into a report."""
+
+    def __init__(self, sealer: Sealer, report: ResealReport) -> None:
+        self.sealer = sealer
+        self.report = report
+
+    def token(self, token: str, context: bytes) -> str:
+        if self.sealer.is_current(token):
+            return token
+        try:
+            plain = self.sealer.open(token, context)
+        except AuditKeyError as e:
+            label = (
+                token[len(PREFIX) :][:TOKEN_ID_LENGTH] if token.startswith(PREFIX) else UNKNOWN_V1
+            )
+            self.report.left[label] += 1
+            self.report.first_error = self.report.first_error or str(e)
+            return token
+        self.report.resealed += 1
+        return self.sealer.seal(plain, context)
+
+    def value(self, value: bytes | None, ctx: str) -> bytes | None:
+        if value is None or not is_sealed(value):
+            return value
+        return self.token(value.decode("ascii"), b"value:" + ctx.encode()).encode("ascii")
+
+    def data(self, text: str | None, ctx: str) -> str | None:
+        """An audit row's ``data`` (JSON text) with its sealed fields moved;
+        the text is rewritten only if a field moved."""
+        if text is None or "enc:v" not in text:
+            return text
+        try:
+            doc = orjson.loads(text)
+        except orjson.JSONDecodeError:
+            return text
+        new = self.fields(doc, ctx)
+        return text if new == doc else orjson.dumps(new).decode()
+
+    def fields(self, node: Any, context: str, path: str = "") -> Any:
+        """Mirrors :meth:`Sealer.open_fields`: a token's context is its dotted
+        path; a sealed value may hold tokens itself (a marked path under
+        another), moved first, as sealing them anew would."""
+        if isinstance(node, dict):
+            return {
+                k: self.fields(v, context, f"{path}.{k}" if path else k) for k, v in node.items()
+            }
+        if not (isinstance(node, str) and is_sealed(node)) or self.sealer.is_current(node):
+            return node
+        ctx = f"field:{context}:{path}".encode()
+        try:
+            inner = orjson.loads(self.sealer.open(node, ctx))
+        except AuditKeyError:
+            return self.token(node, ctx)  # counted as left
+        moved = self.fields(inner, context, path)
+        self.report.resealed += 1
+        return self.sealer.seal(orjson.dumps(moved), ctx)
+
+    def decoded(self, text: str | None, ctx: str, family: str | None) -> str | None:
+        """A snapshot's decoded text, as :func:`spark_sink.snapshots._decoded`
+        sealed it: a buffer's message field by field (or whole when it is
+        not JSON), other message families whole."""
+        if text is None:
+            return None
+        if is_sealed(text) and family == "buffer":
+            return self.token(text, f"text:{ctx}".encode())
+        if is_sealed(text) and family in MESSAGE_FAMILIES:
+            return self.token(text, f"decoded:{ctx}".encode())
+        if family != "buffer" or "enc:v" not in text:
+            return text
+        try:
+            doc = orjson.loads(text)
+        except orjson.JSONDecodeError:
+            return text
+        if not isinstance(doc, dict):
+            return text
+        new = dict(doc)
+        for part in ("data", "payload"):
+            if part in doc:
+                new[part] = self.fields(doc[part], f"{ctx}:{part}")
+        return text if new == doc else orjson.dumps(new).decode()
