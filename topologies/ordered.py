@@ -296,12 +296,11 @@ class OrderedTopology(OutboxOwner):
         reorder-buffer entries, which are all the keys with work
         (:mod:`processors.resequencer`, "Start-up"): a key without one has
         nothing waiting, so no gap deadline and a buffered count of 0, and
-        nothing to emit again but, when a confirmation's new ``confirmed``
-        was lost after it deleted the key's released messages, the gap
-        markers of that range, which are durable already. Such a key is
-        left as it is (its markers are not emitted again, its ``confirmed``
-        catches up with its next confirmation), where reading every key's
-        state (:attr:`scan_every_key`) would emit them again."""
+        nothing to emit again (when a confirmation's new ``confirmed`` was
+        lost after it deleted the key's released messages, the gap markers
+        of that range are durable already, and :func:`resequencer.pending`
+        leaves them out). Reading every key's state (:attr:`scan_every_key`)
+        finds the same."""
         self.generation += 1
         self.owned = set(partitions)
         self.stores.settle(partitions)  # kept: this worker's writes, in order
