@@ -13,6 +13,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import TopicAlreadyExistsError
 
 from seqkeeper.adapter.offsets import high_watermarks, partitions_of
+from seqkeeper.security import kafka_options
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,7 +50,7 @@ async def create_topics(
     ``NotLeaderForPartition`` or no partitions at all.
     """
     wanted = list(dict.fromkeys(names))
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, **kafka_options())
     await admin.start()
     try:
         existing = set(await admin.list_topics())
@@ -73,6 +74,7 @@ async def wait_for_replicas(topics: list[str], bootstrap: str, timeout: float) -
     each time). aiokafka's ``end_offsets`` retries that error by itself."""
     consumer = AIOKafkaConsumer(
         bootstrap_servers=bootstrap,
+        **kafka_options(),
         enable_auto_commit=False,
         request_timeout_ms=max(1000, int(timeout * 1000)),
     )
@@ -137,6 +139,7 @@ async def end_offsets_of(bootstrap: str, topics: Iterable[str]) -> dict[TopicPar
     """Exact end offsets of every partition of ``topics``."""
     consumer = AIOKafkaConsumer(
         bootstrap_servers=bootstrap,
+        **kafka_options(),
         enable_auto_commit=False,
         fetch_max_wait_ms=20,
         max_partition_fetch_bytes=1024,
@@ -163,6 +166,7 @@ async def read_topic(
     writer's outputs), up to the last stable offset."""
     consumer = AIOKafkaConsumer(
         bootstrap_servers=bootstrap,
+        **kafka_options(),
         enable_auto_commit=False,
         max_poll_records=10_000,
         fetch_max_wait_ms=20,
