@@ -326,8 +326,8 @@ class _Causes(logging.Filter):
         return True
 
 
-#: aiokafka's loggers that report connection failures.
-_LOGGERS = ("aiokafka.client", "aiokafka.conn", "aiokafka.consumer.group_coordinator")
+#: aiokafka's loggers that report connection failures (its client logs as "aiokafka").
+_LOGGERS = ("aiokafka", "aiokafka.conn", "aiokafka.consumer.group_coordinator")
 
 
 @contextlib.contextmanager

@@ -51,8 +51,8 @@ async def create_topics(
     """
     wanted = list(dict.fromkeys(names))
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, **kafka_options())
-    await admin.start()
     try:
+        await admin.start()
         existing = set(await admin.list_topics())
         new = [NewTopic(n, partitions, replication) for n in wanted if n not in existing]
         if new:
@@ -78,8 +78,8 @@ async def wait_for_replicas(topics: list[str], bootstrap: str, timeout: float) -
         enable_auto_commit=False,
         request_timeout_ms=max(1000, int(timeout * 1000)),
     )
-    await consumer.start()
     try:
+        await consumer.start()
         tps = [TopicPartition(t, p) for t in topics for p in await partitions_of(consumer, t)]
         await consumer.end_offsets(tps)
     finally:
@@ -144,8 +144,8 @@ async def end_offsets_of(bootstrap: str, topics: Iterable[str]) -> dict[TopicPar
         fetch_max_wait_ms=20,
         max_partition_fetch_bytes=1024,
     )
-    await consumer.start()
     try:
+        await consumer.start()
         tps: list[TopicPartition] = []
         for t in topics:
             tps += await topic_partitions(consumer, t)
@@ -172,9 +172,9 @@ async def read_topic(
         fetch_max_wait_ms=20,
         isolation_level=isolation,
     )
-    await consumer.start()
     records: list[Record] = []
     try:
+        await consumer.start()
         tps = await topic_partitions(consumer, topic)
         todo = await high_watermarks(consumer, tps)  # assigns ``tps``
         if isolation == "read_committed":

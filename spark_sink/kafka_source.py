@@ -119,8 +119,8 @@ async def plan(
     consumer = AIOKafkaConsumer(
         bootstrap_servers=bootstrap, enable_auto_commit=False, **kafka_options(security)
     )
-    await consumer.start()
     try:
+        await consumer.start()
         tps: list[TopicPartition] = []
         for topic, parts in topics.items():
             known = await partitions_of(consumer, topic)
@@ -153,11 +153,11 @@ async def _fetch(
         fetch_max_wait_ms=20,
         **kafka_options(security),
     )
-    await consumer.start()
     tp = TopicPartition(part.topic, part.partition)
     out: list[pa.RecordBatch] = []
     cols: dict[str, list[Any]] = {f.name: [] for f in schema(include_headers).fields}
     try:
+        await consumer.start()
         consumer.assign([tp])
         consumer.seek(tp, part.start)
         done = False

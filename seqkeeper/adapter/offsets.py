@@ -136,8 +136,8 @@ async def end_offsets(
         **kafka_options(security),
         **consumer_kwargs,
     )
-    await consumer.start()
     try:
+        await consumer.start()
         return await high_watermarks(consumer, partitions, timeout)
     finally:
         await consumer.stop()
@@ -200,8 +200,8 @@ async def committed_ends(
         **kafka_options(security),
         **consumer_kwargs,
     )
-    await consumer.start()
     try:
+        await consumer.start()
         return await _committed_ends(consumer, partitions, timeout)
     finally:
         await consumer.stop()
