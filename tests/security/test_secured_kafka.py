@@ -11,13 +11,17 @@ import os
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from seqkeeper.broker import SecuredKafkaBroker, make_tls_files
 from seqkeeper.demo import publish, wait_until_verified
+from seqkeeper.security import installed
 from seqkeeper.settings import Settings
+from seqkeeper.spark_sink.kafka_source import KafkaReader, read_kafka
 from seqkeeper.topics import create_topics
 from seqkeeper.verification.workload import generate
 from seqkeeper.worker import WorkerProcess
@@ -138,6 +142,45 @@ def test_an_untrusted_certificate_fails_fast_with_one_line(
     assert done.returncode == 1, done.stdout + done.stderr
     [line] = done.stderr.strip().splitlines()
     assert line.startswith("error: ") and "certificate verify failed" in line, done.stderr
+
+
+def test_the_spark_source_over_sasl_ssl(
+    spark: Any, secured_broker: SecuredKafkaBroker, secured_logs: Path
+) -> None:
+    """The Spark source takes the security as ``kafka.*`` options (not from
+    the environment); the password is in no plan Spark shows."""
+    admin = secured_broker.client_security()
+    topic = f"spark-{uuid.uuid4().hex[:8]}"
+    records = [(f"k{i % 5}".encode(), f"v{i}".encode()) for i in range(300)]
+    with installed(admin):
+        asyncio.run(create_topics(secured_broker.bootstrap, [topic], 2))
+        asyncio.run(publish(secured_broker.bootstrap, topic, records))
+    options = {
+        "kafka.bootstrap.servers": secured_broker.bootstrap,
+        "subscribe": topic,
+        "kafka.security.protocol": "SASL_SSL",
+        "kafka.sasl.mechanism": "SCRAM-SHA-512",
+        "kafka.sasl.username": admin.username,
+        "kafka.sasl.password": admin.password.reveal(),
+        "kafka.ssl.cafile": admin.cafile,
+    }
+    df = read_kafka(spark, options)
+    rows = df.select("key", "value").collect()
+    assert sorted((r.key, r.value) for r in rows) == sorted(records)
+    plans = df._jdf.queryExecution().toString() + str(df.explain(extended=True))
+    (secured_logs / "spark-plan.log").write_text(plans)
+    assert admin.password.reveal() not in plans
+    # without the options, the source does not reach the SASL_SSL listener
+    plain = {"kafka.bootstrap.servers": secured_broker.bootstrap, "subscribe": topic}
+    with pytest.raises(Exception) as caught:
+        KafkaReader(plain).partitions()
+    assert admin.password.reveal() not in str(caught.value)
+    # a JAAS config is refused, naming the accepted options
+    # (Spark wraps the error: its text is ours, with no password)
+    with pytest.raises(Exception, match="kafka.sasl.jaas.config is not supported") as refused:
+        read_kafka(spark, {**options, "kafka.sasl.jaas.config": "x"}).collect()
+    assert "kafka.sasl.username" in str(refused.value)
+    assert admin.password.reveal() not in str(refused.value)
 
 
 def test_no_log_holds_a_password(secured_broker: SecuredKafkaBroker, secured_logs: Path) -> None:
