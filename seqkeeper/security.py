@@ -244,6 +244,21 @@ class ClientSecurity:
             options["sasl_plain_password"] = self.password.reveal()
         return options
 
+    def spark_options(self) -> dict[str, str]:
+        """These settings as the Spark source's options
+        (:meth:`from_options` reads them back; only those set)."""
+        given = {
+            "protocol": self.protocol,
+            "mechanism": self.mechanism if self.sasl else "",
+            "username": self.username,
+            "password": self.password.reveal(),
+            "cafile": self.cafile,
+            "certfile": self.certfile,
+            "keyfile": self.keyfile,
+            "check_hostname": "" if self.check_hostname else "false",
+        }
+        return {option: given[key] for option, key in SPARK_OPTIONS.items() if given.get(key)}
+
     def describe(self) -> str:
         """How the clients connect, for a log line (no password)."""
         if self.sasl:

@@ -237,3 +237,23 @@ def test_security_causes() -> None:
     assert cause is not None and cause.startswith("authentication failed (")
     assert security_cause(KafkaConnectionError("Unable to bootstrap")) is None
     assert security_cause(ConnectionRefusedError()) is None
+
+
+@given(
+    protocol=st.sampled_from(["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]),
+    mechanism=st.sampled_from(["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]),
+    check=st.booleans(),
+)
+def test_spark_options_round_trip(protocol: str, mechanism: str, check: bool) -> None:
+    """What compact gives the Spark source is what the process's clients use."""
+    sasl = protocol.startswith("SASL_")
+    tls = protocol.endswith("SSL")
+    security = ClientSecurity(
+        protocol=protocol,
+        mechanism=mechanism if sasl else "SCRAM-SHA-512",
+        username="u" if sasl else "",
+        password=Secret(PASSWORD if sasl else ""),
+        cafile="/ca.pem" if tls else "",
+        check_hostname=check or not tls,
+    )
+    assert ClientSecurity.from_options(security.spark_options()) == security
