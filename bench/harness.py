@@ -48,6 +48,7 @@ from seqkeeper.bench.restarts import (
 )
 from seqkeeper.broker import die_with_parent, free_port
 from seqkeeper.demo import publish
+from seqkeeper.security import kafka_options
 from seqkeeper.settings import Settings
 from seqkeeper.state.rocksdb import CHECKPOINT_RECORDS
 from seqkeeper.topics import create_topics, end_offsets_of, read_topic
@@ -236,7 +237,9 @@ def measure_output(
         from seqkeeper.adapter.offsets import high_watermarks
         from seqkeeper.topics import UnknownTopic, topic_partitions
 
-        consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=bootstrap, **kafka_options(), enable_auto_commit=False
+        )
         await consumer.start()
         count = None
         try:
@@ -313,13 +316,15 @@ async def _committed_counter(bootstrap: str, group: str, source: str) -> _Commit
 
     from seqkeeper.topics import topic_partitions
 
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap, **kafka_options(), enable_auto_commit=False
+    )
     await consumer.start()
     try:
         tps = await topic_partitions(consumer, source)
     finally:
         await consumer.stop()
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, **kafka_options())
     await admin.start()
     try:
         node = await admin.find_coordinator(group)
@@ -353,7 +358,10 @@ async def _first_new_output(
     from aiokafka import AIOKafkaConsumer
 
     consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap, enable_auto_commit=False, fetch_max_wait_ms=20
+        bootstrap_servers=bootstrap,
+        **kafka_options(),
+        enable_auto_commit=False,
+        fetch_max_wait_ms=20,
     )
     await consumer.start()
     try:
@@ -399,7 +407,9 @@ async def _flowing(
     killed), until they are all out or ``stop`` is set."""
     from aiokafka import AIOKafkaProducer
 
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5, acks="all")
+    producer = AIOKafkaProducer(
+        bootstrap_servers=bootstrap, **kafka_options(), linger_ms=5, acks="all"
+    )
     await producer.start()
     try:
         for i in range(0, len(records), 1_000):
@@ -431,7 +441,10 @@ async def _first_new_per_partition(
     from aiokafka import AIOKafkaConsumer
 
     consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap, enable_auto_commit=False, fetch_max_wait_ms=20
+        bootstrap_servers=bootstrap,
+        **kafka_options(),
+        enable_auto_commit=False,
+        fetch_max_wait_ms=20,
     )
     await consumer.start()
     try:
@@ -808,11 +821,14 @@ class Bench:
         consumer = AIOKafkaConsumer(
             sink,
             bootstrap_servers=self.bootstrap,
+            **kafka_options(),
             auto_offset_reset="earliest",
             fetch_max_wait_ms=5,
             isolation_level=isolation,
         )
-        producer = AIOKafkaProducer(bootstrap_servers=self.bootstrap)  # _paced lingers
+        producer = AIOKafkaProducer(
+            bootstrap_servers=self.bootstrap, **kafka_options()
+        )  # _paced lingers
         await consumer.start()
         await producer.start()
         # warm-up: wait until the worker answers
@@ -1479,6 +1495,7 @@ async def _consume_all(bootstrap: str, topic: str, n: int) -> None:
     consumer = AIOKafkaConsumer(
         topic,
         bootstrap_servers=bootstrap,
+        **kafka_options(),
         auto_offset_reset="earliest",
         enable_auto_commit=False,
         max_poll_records=10_000,

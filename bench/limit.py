@@ -12,6 +12,8 @@ import sys
 import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
+from seqkeeper.security import kafka_options
+
 
 async def main(
     bootstrap: str,
@@ -24,6 +26,7 @@ async def main(
     consumer = AIOKafkaConsumer(
         source,
         bootstrap_servers=bootstrap,
+        **kafka_options(),
         group_id=group,
         enable_auto_commit=False,
         auto_offset_reset="earliest",
@@ -33,7 +36,7 @@ async def main(
     if changelog is not None:
         await write_ahead(bootstrap, consumer, sink, changelog)
         return
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5, acks=1)
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, **kafka_options(), linger_ms=5, acks=1)
     await consumer.start()
     await producer.start()
     try:
@@ -67,7 +70,7 @@ async def write_ahead(
     from seqkeeper.adapter.producer import PRODUCER_BATCH_BYTES, BatchProducer, Out, Record
 
     producer = AIOKafkaProducer(
-        bootstrap_servers=bootstrap, acks=1, max_batch_size=PRODUCER_BATCH_BYTES
+        bootstrap_servers=bootstrap, **kafka_options(), acks=1, max_batch_size=PRODUCER_BATCH_BYTES
     )
     out = BatchProducer(lambda: producer)
     await consumer.start()

@@ -24,11 +24,13 @@ import tempfile
 import time
 import uuid
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Self
 
-from seqkeeper.settings import VARS
+from seqkeeper.security import ClientSecurity, kafka_options
+from seqkeeper.settings import VARS, Secret
 
 
 def die_with_parent() -> None:  # pragma: no cover - runs in the child
@@ -242,6 +244,29 @@ class KafkaBroker(_BrokerProcess):
     def kind(self) -> str:
         return f"Apache Kafka {self.version}"
 
+    def client_security(self) -> ClientSecurity:
+        """How a client connects to this broker's listener (PLAINTEXT)."""
+        return ClientSecurity()
+
+    def _listener_config(self, controller_port: int) -> dict[str, str]:
+        return {
+            "listeners": f"PLAINTEXT://{self.bootstrap},CONTROLLER://127.0.0.1:{controller_port}",
+            "advertised.listeners": f"PLAINTEXT://{self.bootstrap}",
+            "inter.broker.listener.name": "PLAINTEXT",
+            "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+        }
+
+    def _format_args(self) -> list[str]:
+        """More arguments of ``kafka-storage.sh format``."""
+        return []
+
+    def _prepare(self, directory: Path) -> None:
+        """Write what the configuration names, in the broker's directory."""
+
+    def _secrets(self) -> list[str]:
+        """Texts no message of ours may show (passwords)."""
+        return []
+
     def _script(self, name: str) -> Path:
         return self.home / "bin" / name
 
@@ -250,11 +275,8 @@ class KafkaBroker(_BrokerProcess):
             "process.roles": "broker,controller",
             "node.id": "1",
             "controller.quorum.voters": f"1@127.0.0.1:{controller_port}",
-            "listeners": f"PLAINTEXT://{self.bootstrap},CONTROLLER://127.0.0.1:{controller_port}",
-            "advertised.listeners": f"PLAINTEXT://{self.bootstrap}",
             "controller.listener.names": "CONTROLLER",
-            "inter.broker.listener.name": "PLAINTEXT",
-            "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+            **self._listener_config(controller_port),
             "log.dirs": str(data / "logs"),
             "num.partitions": str(self.partitions),
             "auto.create.topics.enable": "true",
@@ -293,7 +315,9 @@ class KafkaBroker(_BrokerProcess):
         self._dir = Path(tempfile.mkdtemp(prefix="seqkeeper-kafka-"))
         controller_port = free_port()
         props = self._dir / "server.properties"
+        self._prepare(self._dir)
         props.write_text(self._config(self._dir, controller_port))
+        props.chmod(0o600)
         env = {**os.environ, "LOG_DIR": str(self._dir / "server-logs")}
         env.setdefault("KAFKA_HEAP_OPTS", "-Xmx1G -Xms256m")
         # Formatting is a short-lived JVM: a small heap and no JIT tiers.
@@ -310,6 +334,7 @@ class KafkaBroker(_BrokerProcess):
                 _cluster_id(),
                 "-c",
                 str(props),
+                *self._format_args(),
             ],
             env=fmt_env,
             capture_output=True,
@@ -318,6 +343,8 @@ class KafkaBroker(_BrokerProcess):
         if formatted.returncode != 0:
             self._cleanup()
             tail = (formatted.stdout + formatted.stderr).decode(errors="replace").strip()
+            for secret in self._secrets():
+                tail = tail.replace(secret, "***")
             raise BrokerError(f"kafka-storage.sh format failed: {tail[-500:]}")
         log = open(self.log_path, "ab") if self.log_path else None  # noqa: SIM115
         try:
@@ -364,7 +391,11 @@ class KafkaBroker(_BrokerProcess):
                 last = exc
                 await asyncio.sleep(0.1)
                 continue
-            admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap, request_timeout_ms=5000)
+            admin = AIOKafkaAdminClient(
+                bootstrap_servers=self.bootstrap,
+                request_timeout_ms=5000,
+                **kafka_options(self.client_security()),
+            )
             try:
                 await admin.start()
                 await admin.find_coordinator("seqkeeper-ready", 0)
@@ -388,6 +419,194 @@ class KafkaBroker(_BrokerProcess):
         if self._dir is not None:
             shutil.rmtree(self._dir, ignore_errors=True)
             self._dir = None
+
+
+@dataclass(frozen=True)
+class TlsFiles:
+    """A CA and a server certificate it signed, as PEM files."""
+
+    ca: Path  #: the CA's certificate (what clients trust)
+    server: Path  #: the server's private key (PKCS#8) and certificate chain
+
+
+def make_tls_files(
+    directory: Path, hosts: tuple[str, ...] = ("127.0.0.1", "localhost")
+) -> TlsFiles:
+    """A new CA and a server certificate for ``hosts`` (IP addresses and DNS
+    names) signed by it, written to ``directory`` (``cryptography``; valid
+    for a day). A second call makes another CA, which does not sign the
+    first call's certificate."""
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    now = datetime.datetime.now(datetime.UTC)
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name(
+        [x509.NameAttribute(NameOID.COMMON_NAME, f"seqkeeper test CA {uuid.uuid4().hex[:8]}")]
+    )
+    ca = (
+        x509.CertificateBuilder()
+        .subject_name(ca_name)
+        .issuer_name(ca_name)
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                key_cert_sign=True,
+                crl_sign=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+        .add_extension(
+            x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False
+        )
+        .sign(ca_key, hashes.SHA256())
+    )
+    key = ec.generate_private_key(ec.SECP256R1())
+    names: list[x509.GeneralName] = []
+    for host in hosts:
+        try:
+            names.append(x509.IPAddress(ipaddress.ip_address(host)))
+        except ValueError:
+            names.append(x509.DNSName(host))
+    server = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, hosts[0])]))
+        .issuer_name(ca_name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.SubjectAlternativeName(names), critical=False)
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(
+            x509.ExtendedKeyUsage(
+                [x509.oid.ExtendedKeyUsageOID.SERVER_AUTH, x509.oid.ExtendedKeyUsageOID.CLIENT_AUTH]
+            ),
+            critical=False,
+        )
+        .add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False
+        )
+        .sign(ca_key, hashes.SHA256())
+    )
+    directory.mkdir(parents=True, exist_ok=True)
+    files = TlsFiles(directory / "ca.pem", directory / "server.pem")
+    files.ca.write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    files.server.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+        + server.public_bytes(serialization.Encoding.PEM)
+        + ca.public_bytes(serialization.Encoding.PEM)
+    )
+    files.server.chmod(0o600)
+    return files
+
+
+class SecuredKafkaBroker(KafkaBroker):
+    """:class:`KafkaBroker` with one listener for clients and brokers,
+    SASL_SSL with SCRAM-SHA-512, as a production cluster is set up: a CA
+    and a server certificate for 127.0.0.1 and localhost made at start
+    (:func:`make_tls_files`, PEM files Kafka reads itself), the SCRAM users
+    created when the storage is formatted (``kafka-storage.sh format
+    --add-scram``), and the StandardAuthorizer denying what no ACL allows.
+
+    ``admin`` is a super user (the broker's own inter-broker user too);
+    ``users`` are more SCRAM users, with no ACL (part 3 grants theirs). The
+    controller listener stays PLAINTEXT on loopback: its principal,
+    ``User:ANONYMOUS``, must be a super user for the broker to register with
+    its own controller.
+
+    :meth:`client_security` is how a client connects as ``admin``;
+    :meth:`client_security_as` as another user.
+    """
+
+    def __init__(
+        self,
+        home: Path,
+        port: int | None = None,
+        log_path: Path | None = None,
+        partitions: int = 4,
+        extra_config: Mapping[str, str] | None = None,
+        admin: str = "admin",
+        users: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__(home, port, log_path, partitions, extra_config)
+        self.admin = admin
+        self.admin_password = Secret(uuid.uuid4().hex)
+        self.users: dict[str, Secret] = {name: Secret(pw) for name, pw in (users or {}).items()}
+        self.tls: TlsFiles | None = None
+
+    @property
+    def kind(self) -> str:
+        return f"Apache Kafka {self.version} (SASL_SSL, SCRAM-SHA-512)"
+
+    def client_security_as(self, user: str, password: Secret) -> ClientSecurity:
+        assert self.tls is not None, "the broker has not started"
+        return ClientSecurity(
+            protocol="SASL_SSL",
+            mechanism="SCRAM-SHA-512",
+            username=user,
+            password=password,
+            cafile=str(self.tls.ca),
+        )
+
+    def client_security(self) -> ClientSecurity:
+        return self.client_security_as(self.admin, self.admin_password)
+
+    def _prepare(self, directory: Path) -> None:
+        self.tls = make_tls_files(directory / "tls")
+
+    def _listener_config(self, controller_port: int) -> dict[str, str]:
+        assert self.tls is not None
+        jaas = (
+            "org.apache.kafka.common.security.scram.ScramLoginModule required "
+            f'username="{self.admin}" password="{self.admin_password.reveal()}";'
+        )
+        return {
+            "listeners": f"SASL_SSL://{self.bootstrap},CONTROLLER://127.0.0.1:{controller_port}",
+            "advertised.listeners": f"SASL_SSL://{self.bootstrap}",
+            "inter.broker.listener.name": "SASL_SSL",
+            "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,SASL_SSL:SASL_SSL",
+            "sasl.enabled.mechanisms": "SCRAM-SHA-512",
+            "sasl.mechanism.inter.broker.protocol": "SCRAM-SHA-512",
+            "listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config": jaas,
+            "ssl.keystore.type": "PEM",
+            "ssl.keystore.location": str(self.tls.server),
+            "ssl.truststore.type": "PEM",
+            "ssl.truststore.location": str(self.tls.ca),
+            "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+            "allow.everyone.if.no.acl.found": "false",
+            "super.users": f"User:{self.admin};User:ANONYMOUS",
+        }
+
+    def _format_args(self) -> list[str]:
+        users = {self.admin: self.admin_password, **self.users}
+        args = []
+        for name, password in users.items():
+            args += ["--add-scram", f"SCRAM-SHA-512=[name={name},password={password.reveal()}]"]
+        return args
+
+    def _secrets(self) -> list[str]:
+        return [self.admin_password.reveal(), *(pw.reveal() for pw in self.users.values())]
 
 
 LocalBroker = EmbeddedBroker | KafkaBroker

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+import sys
 import time
 from datetime import datetime
 from enum import StrEnum
@@ -12,6 +13,7 @@ from typing import Annotated, Any, Optional
 import typer
 
 from seqkeeper.broker import EmbeddedBroker
+from seqkeeper.security import ClientSecurity, SecurityFailure, surfaced
 from seqkeeper.settings import VARS, SettingError, Settings
 
 app = typer.Typer(
@@ -46,7 +48,11 @@ def settings_of(**overrides: Any) -> Settings:
     """The environment's settings with the given flags; a bad value, in the
     environment or in a flag, is one line and exit 2, not a traceback."""
     try:
-        return Settings.of(**overrides)
+        settings = Settings.of(**overrides)
+        # how the command's clients connect (seqkeeper.security): a password
+        # file or a TLS file that cannot be read is one line too
+        ClientSecurity.of(settings.security).ssl_context()
+        return settings
     except SettingError as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(2) from None
@@ -396,7 +402,11 @@ def verify(
     )
     started = time.monotonic()
     try:
-        report = asyncio.run(verify_topics(settings, drained, isolation=isolation.value))
+        with surfaced(broker):
+            report = asyncio.run(verify_topics(settings, drained, isolation=isolation.value))
+    except SecurityFailure as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(1) from None
     except UnknownTopic as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(2) from None
@@ -906,4 +916,11 @@ def _graceful_sigterm() -> None:
 
 def main() -> None:
     _graceful_sigterm()
-    app()
+    try:
+        # a command that fails on a failed authentication or an untrusted
+        # certificate says so (aiokafka only says "Unable to bootstrap")
+        with surfaced(quiet=False):
+            app()
+    except SecurityFailure as e:
+        print(f"error: {e}", file=sys.stderr, flush=True)
+        raise SystemExit(1) from None

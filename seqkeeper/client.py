@@ -26,6 +26,7 @@ from typing import Any, Self, TypeVar
 import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
+from seqkeeper.security import kafka_options
 from seqkeeper.topics import create_topics, topic_partitions
 
 T = TypeVar("T")
@@ -103,10 +104,16 @@ class CommandClient:
     async def start(self) -> None:
         await create_topics(self.bootstrap, [self.reply_topic], self.reply_partitions)
         self._producer = AIOKafkaProducer(
-            bootstrap_servers=self.bootstrap, client_id=self.client_id, acks="all"
+            bootstrap_servers=self.bootstrap,
+            **kafka_options(),
+            client_id=self.client_id,
+            acks="all",
         )
         self._consumer = AIOKafkaConsumer(
-            bootstrap_servers=self.bootstrap, client_id=self.client_id, enable_auto_commit=False
+            bootstrap_servers=self.bootstrap,
+            **kafka_options(),
+            client_id=self.client_id,
+            enable_auto_commit=False,
         )
         await self._producer.start()
         await self._consumer.start()

@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from seqkeeper.security import kafka_options
 from seqkeeper.settings import EXAMPLE_HANDLERS, Settings
 from seqkeeper.topics import Record, TopicCache, UnknownTopic, create_topics
 from seqkeeper.verification.poll import poll, records_in
@@ -66,7 +67,9 @@ async def publish(
     progress: Progress | None = None,
 ) -> None:
     """Produce ``records`` (key, value) in order, in pipelined batches."""
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5, acks="all")
+    producer = AIOKafkaProducer(
+        bootstrap_servers=bootstrap, **kafka_options(), linger_ms=5, acks="all"
+    )
     await producer.start()
     task = progress.add_task("publishing", total=len(records)) if progress else None
     try:

@@ -180,6 +180,135 @@ def names(text: str) -> tuple[str, ...]:
     return tuple(part.strip() for part in text.split(",") if part.strip())
 
 
+def boolean(text: str) -> bool:
+    """true/false, yes/no, on/off or 1/0 (any case)."""
+    value = text.strip().lower()
+    if value in ("true", "yes", "on", "1"):
+        return True
+    if value in ("false", "no", "off", "0"):
+        return False
+    raise ValueError("expected true or false")
+
+
+def upper_choice(*allowed: str) -> Callable[[str], str]:
+    """:func:`choice`, any case (``scram-sha-512`` is ``SCRAM-SHA-512``)."""
+    exact = choice(*allowed)
+
+    def parse(text: str) -> str:
+        return exact(text.strip().upper())
+
+    parse.__name__ = "choice"
+    return parse
+
+
+class Secret:
+    """A secret text (a password): its ``repr`` and ``str`` never show it;
+    :meth:`reveal` does, for the one call that needs it."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: str = "") -> None:
+        self._value = value
+
+    def reveal(self) -> str:
+        return self._value
+
+    def __bool__(self) -> bool:
+        return bool(self._value)
+
+    def __repr__(self) -> str:
+        return "Secret('***')" if self._value else "Secret('')"
+
+    __str__ = __repr__
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Secret) and other._value == self._value
+
+    def __hash__(self) -> int:
+        return hash((Secret, self._value))
+
+    def __reduce__(self) -> tuple[type[Secret], tuple[str]]:
+        return (Secret, (self._value,))
+
+
+def security_env_names() -> dict[str, str]:
+    """The variables of the security settings, by their role in
+    :func:`security_problem`."""
+    return {
+        key: VARS[name].env
+        for key, name in (
+            ("protocol", "security_protocol"),
+            ("username", "sasl_username"),
+            ("password", "sasl_password"),
+            ("password_file", "sasl_password_file"),
+            ("cafile", "ssl_cafile"),
+            ("certfile", "ssl_certfile"),
+            ("keyfile", "ssl_keyfile"),
+        )
+    }
+
+
+#: What ``SEQKEEPER_SECURITY_PROTOCOL`` and ``SEQKEEPER_SASL_MECHANISM`` accept
+#: (Kafka's names).
+PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+
+
+def security_problem(
+    names: Mapping[str, str],
+    protocol: str,
+    username: str,
+    password: bool,
+    password_file: bool,
+    cafile: str,
+    certfile: str,
+    keyfile: str,
+) -> str | None:
+    """What is wrong with a combination of client security settings (None:
+    nothing). ``names`` maps ``protocol``, ``username``, ``password``,
+    ``password_file``, ``cafile``, ``certfile``, ``keyfile`` to what the
+    user wrote (environment variables, or the Spark source's options), so
+    the message names them. The password itself is never in the message."""
+    sasl = protocol.startswith("SASL_")
+    tls = protocol.endswith("SSL")
+    if sasl:
+        if not username:
+            return f"{names['protocol']}={protocol} needs {names['username']}"
+        if password and password_file:
+            return f"{names['password']} and {names['password_file']} are both set: give one"
+        if not (password or password_file):
+            return f"{names['protocol']}={protocol} needs {names['password']} or {names['password_file']}"
+    else:
+        given = [
+            names[key]
+            for key, set_ in (
+                ("username", username),
+                ("password", password),
+                ("password_file", password_file),
+            )
+            if set_
+        ]
+        if given:
+            return (
+                f"{', '.join(given)} set, but {names['protocol']}={protocol} uses no SASL: "
+                "set it to SASL_SSL or SASL_PLAINTEXT"
+            )
+    if not tls:
+        given = [
+            names[key]
+            for key, v in (("cafile", cafile), ("certfile", certfile), ("keyfile", keyfile))
+            if v
+        ]
+        if given:
+            return (
+                f"{', '.join(given)} set, but {names['protocol']}={protocol} uses no TLS: "
+                "set it to SSL or SASL_SSL"
+            )
+    if keyfile and not certfile:
+        return f"{names['keyfile']} needs {names['certfile']} (the client certificate)"
+    return None
+
+
 # -- the groups ----------------------------------------------------------------
 
 
@@ -220,6 +349,72 @@ class BrokerSettings:
         "Replication factor of the topics the worker creates.",
         positive_integer,
     )
+
+
+@dataclass(frozen=True)
+class SecuritySettings:
+    """How every client connects to Kafka: TLS and SASL (seqkeeper.security)."""
+
+    security_protocol: str = var(
+        "SEQKEEPER_SECURITY_PROTOCOL",
+        "PLAINTEXT",
+        "PLAINTEXT, SSL (TLS), SASL_PLAINTEXT or SASL_SSL (SASL over TLS): every client "
+        "seqkeeper creates (worker, CLI tools, Spark source) uses it.",
+        upper_choice(*PROTOCOLS),
+    )
+    sasl_mechanism: str = var(
+        "SEQKEEPER_SASL_MECHANISM",
+        "SCRAM-SHA-512",
+        "SASL mechanism: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512.",
+        upper_choice(*MECHANISMS),
+    )
+    sasl_username: str = var("SEQKEEPER_SASL_USERNAME", "", "SASL user name.")
+    sasl_password: Secret = var(
+        "SEQKEEPER_SASL_PASSWORD",
+        "",
+        "SASL password (never printed). Or SEQKEEPER_SASL_PASSWORD_FILE, not both.",
+        Secret,
+        secret=True,
+    )
+    sasl_password_file: str = var(
+        "SEQKEEPER_SASL_PASSWORD_FILE",
+        "",
+        "A file holding the SASL password (a mounted secret; a final newline is dropped).",
+    )
+    ssl_cafile: str = var(
+        "SEQKEEPER_SSL_CAFILE",
+        "",
+        "PEM file of the CA certificates that sign the brokers' certificates. Empty: the "
+        "system's trusted CAs.",
+    )
+    ssl_certfile: str = var(
+        "SEQKEEPER_SSL_CERTFILE",
+        "",
+        "PEM client certificate, for mutual TLS (may hold the key too).",
+    )
+    ssl_keyfile: str = var(
+        "SEQKEEPER_SSL_KEYFILE", "", "PEM private key of the client certificate (unencrypted)."
+    )
+    ssl_check_hostname: bool = var(
+        "SEQKEEPER_SSL_CHECK_HOSTNAME",
+        "true",
+        "Whether a broker's certificate must name the host connected to.",
+        boolean,
+    )
+
+    def __post_init__(self) -> None:
+        problem = security_problem(
+            security_env_names(),
+            self.security_protocol,
+            self.sasl_username,
+            bool(self.sasl_password),
+            bool(self.sasl_password_file),
+            self.ssl_cafile,
+            self.ssl_certfile,
+            self.ssl_keyfile,
+        )
+        if problem:
+            raise SettingError(problem)
 
 
 @dataclass(frozen=True)
@@ -773,6 +968,7 @@ def _secret_text(value: str, name: str, path: str, file_name: str) -> str:
 
 GROUPS: dict[str, type] = {
     "broker": BrokerSettings,
+    "security": SecuritySettings,
     "runtime": RuntimeSettings,
     "ordered": OrderedSettings,
     "commands": CommandSettings,
@@ -786,6 +982,7 @@ class Settings:
     (environment and defaults) or ``Settings.of(name=value, …)``."""
 
     broker: BrokerSettings = field(default_factory=BrokerSettings)
+    security: SecuritySettings = field(default_factory=SecuritySettings)
     runtime: RuntimeSettings = field(default_factory=RuntimeSettings)
     ordered: OrderedSettings = field(default_factory=OrderedSettings)
     commands: CommandSettings = field(default_factory=CommandSettings)
@@ -821,7 +1018,12 @@ class Settings:
         env = {}
         for v in VARS.values():
             value = getattr(getattr(self, v.group), v.name)
-            env[v.env] = ",".join(value) if isinstance(value, tuple) else str(value)
+            if isinstance(value, Secret):
+                env[v.env] = value.reveal()
+            elif isinstance(value, bool):
+                env[v.env] = "true" if value else "false"
+            else:
+                env[v.env] = ",".join(value) if isinstance(value, tuple) else str(value)
         return env
 
     def with_overrides(self, **overrides: Any) -> Settings:

@@ -13,6 +13,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import TopicAlreadyExistsError
 
 from seqkeeper.adapter.offsets import high_watermarks, partitions_of
+from seqkeeper.security import kafka_options
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,9 +50,9 @@ async def create_topics(
     ``NotLeaderForPartition`` or no partitions at all.
     """
     wanted = list(dict.fromkeys(names))
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, **kafka_options())
     try:
+        await admin.start()
         existing = set(await admin.list_topics())
         new = [NewTopic(n, partitions, replication) for n in wanted if n not in existing]
         if new:
@@ -73,11 +74,12 @@ async def wait_for_replicas(topics: list[str], bootstrap: str, timeout: float) -
     each time). aiokafka's ``end_offsets`` retries that error by itself."""
     consumer = AIOKafkaConsumer(
         bootstrap_servers=bootstrap,
+        **kafka_options(),
         enable_auto_commit=False,
         request_timeout_ms=max(1000, int(timeout * 1000)),
     )
-    await consumer.start()
     try:
+        await consumer.start()
         tps = [TopicPartition(t, p) for t in topics for p in await partitions_of(consumer, t)]
         await consumer.end_offsets(tps)
     finally:
@@ -137,12 +139,13 @@ async def end_offsets_of(bootstrap: str, topics: Iterable[str]) -> dict[TopicPar
     """Exact end offsets of every partition of ``topics``."""
     consumer = AIOKafkaConsumer(
         bootstrap_servers=bootstrap,
+        **kafka_options(),
         enable_auto_commit=False,
         fetch_max_wait_ms=20,
         max_partition_fetch_bytes=1024,
     )
-    await consumer.start()
     try:
+        await consumer.start()
         tps: list[TopicPartition] = []
         for t in topics:
             tps += await topic_partitions(consumer, t)
@@ -163,14 +166,15 @@ async def read_topic(
     writer's outputs), up to the last stable offset."""
     consumer = AIOKafkaConsumer(
         bootstrap_servers=bootstrap,
+        **kafka_options(),
         enable_auto_commit=False,
         max_poll_records=10_000,
         fetch_max_wait_ms=20,
         isolation_level=isolation,
     )
-    await consumer.start()
     records: list[Record] = []
     try:
+        await consumer.start()
         tps = await topic_partitions(consumer, topic)
         todo = await high_watermarks(consumer, tps)  # assigns ``tps``
         if isolation == "read_committed":

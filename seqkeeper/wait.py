@@ -23,6 +23,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterator
 from typing import TypeVar
 
+from seqkeeper.security import failure, kafka_options, security_cause, watching
 from seqkeeper.settings import VARS, parse_seconds
 
 __all__ = ["parse_seconds"]
@@ -149,18 +150,24 @@ async def wait_for_broker(
     reason and the delay before the next attempt, which follows
     :func:`backoff`. Once ``limit`` seconds have passed since the first
     attempt, :class:`BrokerUnreachable` is raised instead; the last delay
-    is shortened so that the last attempt falls on the limit. Any other
-    error propagates at once.
+    is shortened so that the last attempt falls on the limit. A failed
+    authentication or an untrusted certificate raises
+    :class:`~seqkeeper.security.SecurityFailure` at once (aiokafka logs
+    the cause and raises "Unable to bootstrap"); any other error propagates
+    at once.
     """
     say = say or (lambda line: print(line, flush=True))
     delays = delays if delays is not None else backoff()
     limit = max(limit, 0.0)
     start = clock()
     while True:
-        with _aiokafka_quiet() as logged:
+        with _aiokafka_quiet() as logged, watching() as causes:
             try:
                 return await attempt()
             except Exception as exc:
+                cause = causes.cause or security_cause(exc)
+                if cause:  # retrying cannot help: say what failed, once
+                    raise failure(address, cause) from None
                 if not unreachable(exc):
                     raise
                 last, why = exc, reason(exc, logged.last)
@@ -181,7 +188,9 @@ async def broker_answers(address: str, timeout: float = ATTEMPT_TIMEOUT) -> dict
     from aiokafka.errors import KafkaConnectionError
 
     timeout_ms = max(int(timeout * 1000), 1)
-    admin = AIOKafkaAdminClient(bootstrap_servers=address, request_timeout_ms=timeout_ms)
+    admin = AIOKafkaAdminClient(
+        bootstrap_servers=address, **kafka_options(), request_timeout_ms=timeout_ms
+    )
     try:
         async with asyncio.timeout(timeout + 1.0):
             await admin.start()

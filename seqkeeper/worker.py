@@ -27,7 +27,8 @@ from seqkeeper.broker import (
 from seqkeeper.plugins import PluginError, load_codec, load_processor, load_registry
 from seqkeeper.processors.command import Registry
 from seqkeeper.runtime.protocol import Wiring
-from seqkeeper.settings import EXAMPLE_HANDLERS, Settings
+from seqkeeper.security import ClientSecurity, SecurityFailure, install
+from seqkeeper.settings import EXAMPLE_HANDLERS, VARS, SettingError, Settings
 from seqkeeper.topics import create_topics
 from seqkeeper.wait import BrokerUnreachable, broker_answers, wait_for_broker
 
@@ -57,6 +58,15 @@ def broker_for(settings: Settings) -> Iterator[Settings]:
     if settings.broker.bootstrap:
         yield settings
         return
+    if settings.security.security_protocol != "PLAINTEXT":
+        print(
+            f"error: {VARS['security_protocol'].env}={settings.security.security_protocol}, but "
+            f"the broker started when {VARS['bootstrap'].env} is empty listens on PLAINTEXT only: "
+            "give the secured cluster's address",
+            file=sys.stderr,
+            flush=True,
+        )
+        raise SystemExit(2)
     local = local_broker(settings)
     if isinstance(local, KafkaBroker):
         print(f"starting Apache Kafka from {local.home} ...", flush=True)
@@ -106,6 +116,17 @@ def run_worker(settings: Settings) -> None:
 
     # a token that cannot be used fails before any broker, as a bad value does
     settings.runtime.query_token()
+
+    # how every client of this process connects (seqkeeper.security): a
+    # password file or a TLS file that cannot be read fails here, in one line
+    try:
+        security = ClientSecurity.of(settings.security)
+        security.ssl_context()
+    except SettingError as e:
+        print(f"error: {e}", file=sys.stderr, flush=True)
+        raise SystemExit(2) from None
+    install(security)
+
     # the user's code is loaded before any broker: a bad name fails fast
     wiring: Callable[[Settings], Wiring]
     codec = None
@@ -226,7 +247,7 @@ def await_broker_and_topics(settings: Settings) -> None:
         asyncio.run(
             wait_for_broker(settings.broker.bootstrap, settings.broker.broker_wait, attempt)
         )
-    except BrokerUnreachable as exc:
+    except (BrokerUnreachable, SecurityFailure) as exc:
         print(f"error: {exc}", file=sys.stderr, flush=True)
         raise SystemExit(1) from None
     except KeyboardInterrupt:

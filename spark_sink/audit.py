@@ -31,6 +31,7 @@ from typing import Any
 
 import orjson
 
+from seqkeeper.security import current
 from seqkeeper.spark_sink.crypto import Sealer
 from seqkeeper.spark_sink.kafka_source import read_kafka
 from seqkeeper.spark_sink.snapshots import commit_run, exact_ends, last_commit
@@ -102,6 +103,7 @@ def compact_audit(
         spark,
         {
             "kafka.bootstrap.servers": bootstrap,
+            **current().spark_options(),  # TLS, SASL: as every client
             "subscribe": ",".join(topics),
             "includeHeaders": "true",
             "startingOffsets": json.dumps({t: starts.get(t, {}) for t in topics}),

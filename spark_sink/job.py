@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from seqkeeper.security import kafka_options
 from seqkeeper.settings import Settings
 from seqkeeper.spark_sink.audit import compact_audit
 from seqkeeper.spark_sink.crypto import Sealer
@@ -20,7 +21,7 @@ from seqkeeper.spark_sink.snapshots import compact_snapshots
 async def existing_topics(bootstrap: str) -> set[str]:
     from aiokafka import AIOKafkaConsumer
 
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap)
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, **kafka_options())
     await consumer.start()
     try:
         return set(await consumer.topics())

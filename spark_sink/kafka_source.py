@@ -7,7 +7,9 @@ partition, offset, timestamp, timestampType`` and ``headers`` when
 ``includeHeaders`` is true), same options (``kafka.bootstrap.servers``,
 ``subscribe`` or ``assign``, ``startingOffsets`` / ``endingOffsets`` as
 ``earliest`` / ``latest`` or JSON per partition with -2 = earliest and -1 =
-latest), one Spark partition per Kafka partition (split every
+latest, and TLS / SASL as ``kafka.security.protocol``, ``kafka.sasl.*``
+and ``kafka.ssl.*`` with PEM files: :data:`seqkeeper.security.SPARK_OPTIONS`),
+one Spark partition per Kafka partition (split every
 ``maxRecordsPerPartition`` records), Arrow record batches. A user with
 the connector jar switches with one option: :func:`read_kafka`
 ``(format="kafka")``.
@@ -37,6 +39,8 @@ from pyspark.sql.types import (
     StructType,
     TimestampType,
 )
+
+from seqkeeper.security import ClientSecurity, kafka_options
 
 NAME = "seqkafka"
 BATCH = 10_000
@@ -105,15 +109,18 @@ async def plan(
     starting: Any,
     ending: Any,
     split: int,
+    security: ClientSecurity | None = None,
 ) -> list[Slice]:
     """The slices to read: exact ends, offsets resolved, large ones split."""
     from aiokafka import AIOKafkaConsumer, TopicPartition
 
     from seqkeeper.adapter.offsets import high_watermarks, partitions_of
 
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
-    await consumer.start()
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap, enable_auto_commit=False, **kafka_options(security)
+    )
     try:
+        await consumer.start()
         tps: list[TopicPartition] = []
         for topic, parts in topics.items():
             known = await partitions_of(consumer, topic)
@@ -134,7 +141,9 @@ async def plan(
     return slices
 
 
-async def _fetch(part: Slice, include_headers: bool) -> list[pa.RecordBatch]:
+async def _fetch(
+    part: Slice, include_headers: bool, security: ClientSecurity | None = None
+) -> list[pa.RecordBatch]:
     from aiokafka import AIOKafkaConsumer, TopicPartition
 
     consumer = AIOKafkaConsumer(
@@ -142,12 +151,13 @@ async def _fetch(part: Slice, include_headers: bool) -> list[pa.RecordBatch]:
         enable_auto_commit=False,
         max_poll_records=BATCH,
         fetch_max_wait_ms=20,
+        **kafka_options(security),
     )
-    await consumer.start()
     tp = TopicPartition(part.topic, part.partition)
     out: list[pa.RecordBatch] = []
     cols: dict[str, list[Any]] = {f.name: [] for f in schema(include_headers).fields}
     try:
+        await consumer.start()
         consumer.assign([tp])
         consumer.seek(tp, part.start)
         done = False
@@ -214,17 +224,20 @@ class KafkaReader(DataSourceReader):
         self.starting = _spec(options.get("startingoffsets"), "earliest")
         self.ending = _spec(options.get("endingoffsets"), "latest")
         self.split = int(options.get("maxrecordsperpartition", "1000000"))
+        # TLS and SASL: the kafka.security.protocol, kafka.sasl.* and
+        # kafka.ssl.* options (PEM files; no JAAS config, no keystore)
+        self.security = ClientSecurity.from_options(options)
 
     def partitions(self) -> list[Slice]:
         slices = asyncio.run(
-            plan(self.bootstrap, self.topics, self.starting, self.ending, self.split)
+            plan(self.bootstrap, self.topics, self.starting, self.ending, self.split, self.security)
         )
         # Nothing to read: one empty slice (Spark would invent a partition).
         return slices or [Slice(self.bootstrap, "", 0, 0, 0)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if isinstance(partition, Slice) and partition.start < partition.end:
-            yield from asyncio.run(_fetch(partition, self.include_headers))
+            yield from asyncio.run(_fetch(partition, self.include_headers, self.security))
 
 
 class KafkaDataSource(DataSource):

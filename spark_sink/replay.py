@@ -12,6 +12,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from seqkeeper.security import kafka_options
 from seqkeeper.spark_sink.audit import coordinates, read_audit
 from seqkeeper.spark_sink.crypto import KEY_ENV, AuditKeyError, Sealer, is_sealed
 
@@ -71,7 +72,9 @@ async def _publish(
 ) -> int:
     from aiokafka import AIOKafkaProducer
 
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5, acks="all")
+    producer = AIOKafkaProducer(
+        bootstrap_servers=bootstrap, **kafka_options(), linger_ms=5, acks="all"
+    )
     await producer.start()
     sent = 0
     try:

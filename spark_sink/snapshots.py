@@ -26,6 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from seqkeeper.security import current
 from seqkeeper.spark_sink.crypto import FIELDS_ENV, KEY_ENV, AuditKeyError, Sealer
 from seqkeeper.spark_sink.kafka_source import plan, read_kafka
 
@@ -146,6 +147,7 @@ def compact_snapshots(
                 spark,
                 {
                     "kafka.bootstrap.servers": bootstrap,
+                    **current().spark_options(),  # TLS, SASL: as every client
                     "subscribe": topic,
                     "startingOffsets": json.dumps({topic: start or {}}),
                     "endingOffsets": json.dumps({topic: ends[topic]}),

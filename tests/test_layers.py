@@ -18,12 +18,20 @@ PACKAGE = ROOT / "seqkeeper"
 ALLOWED: dict[str, set[str]] = {
     "seqkeeper.processors": set(),
     "seqkeeper.settings": {"seqkeeper.processors"},
+    # how clients connect (TLS, SASL): every layer that creates one uses it
+    "seqkeeper.security": {"seqkeeper.processors", "seqkeeper.settings"},
     "seqkeeper.state": {"seqkeeper.processors", "seqkeeper.settings"},
-    "seqkeeper.adapter": {"seqkeeper.processors", "seqkeeper.state", "seqkeeper.settings"},
+    "seqkeeper.adapter": {
+        "seqkeeper.processors",
+        "seqkeeper.state",
+        "seqkeeper.settings",
+        "seqkeeper.security",
+    },
     "seqkeeper.spark_sink": {
         "seqkeeper.processors",
         "seqkeeper.state",
         "seqkeeper.settings",
+        "seqkeeper.security",
         "seqkeeper.adapter",
     },
     # a topology makes no Faust call: it implements the runtime's protocol
@@ -38,6 +46,7 @@ ALLOWED: dict[str, set[str]] = {
         "seqkeeper.processors",
         "seqkeeper.state",
         "seqkeeper.settings",
+        "seqkeeper.security",
         "seqkeeper.adapter",
     },
 }
@@ -45,6 +54,7 @@ ALLOWED: dict[str, set[str]] = {
 FORBIDDEN_THIRD_PARTY: dict[str, set[str]] = {
     "seqkeeper.processors": {"faust", "mode", "aiokafka", "rocksdict", "pyspark"},
     "seqkeeper.settings": {"faust", "mode", "aiokafka", "rocksdict", "pyspark"},
+    "seqkeeper.security": {"faust", "mode", "aiokafka", "rocksdict", "pyspark"},
     "seqkeeper.state": {"faust", "mode", "aiokafka", "pyspark"},
     "seqkeeper.topologies": {"faust", "mode", "aiokafka", "rocksdict", "pyspark"},
     "seqkeeper.runtime.protocol": {"faust", "mode", "aiokafka", "rocksdict", "pyspark"},

@@ -85,7 +85,7 @@ def test_every_variable_is_declared_once_with_help() -> None:
         assert v.help.endswith((".", ")")), v.env
         assert v.group in GROUPS
         assert hasattr(getattr(Settings(), v.group), v.name)
-    assert set(GROUPS) == {"broker", "runtime", "ordered", "commands", "spark"}
+    assert set(GROUPS) == {"broker", "security", "runtime", "ordered", "commands", "spark"}
 
 
 def test_the_readme_table_is_generated_from_the_declarations() -> None:

@@ -13,6 +13,7 @@ from faust.types.transports import TransportT
 from seqkeeper.adapter.producer import BatchProducer
 from seqkeeper.adapter.tables import TableManager
 from seqkeeper.adapter.transport import Transport
+from seqkeeper.security import ClientSecurity
 
 
 class App(faust.App):
@@ -46,6 +47,9 @@ class App(faust.App):
         self.group_instance_id: str | None = None
         #: The input consumer's fetch wait (None: Faust's 1500 ms).
         self.fetch_max_wait_ms: int | None = None
+        #: How this app's clients connect (TLS, SASL), for the clients this
+        #: package creates beside Faust's (None: the process default).
+        self.client_security: ClientSecurity | None = None
         #: Topics consumed as fetched batches: topic name -> channel.
         self.batch_sources: dict[str, Any] = {}
         #: Changelog records applied to the tables' local state since the

@@ -50,9 +50,6 @@ class HighwaterThread(faust_aiokafka.AIOKafkaConsumerThread):
             return await super()._highwaters(list(partitions))
         conf = self.app.conf
         transport = cast(faust_aiokafka.Transport, self.transport)
-        auth = faust_aiokafka.credentials_to_aiokafka_auth(
-            conf.broker_credentials, conf.ssl_context
-        )
         # Exactly-once (seqkeeper's App, seqkeeper.adapter.app): the
         # changelog ends with a marker.
         exactly_once = getattr(self.app, "exactly_once", False)
@@ -60,7 +57,8 @@ class HighwaterThread(faust_aiokafka.AIOKafkaConsumerThread):
             faust_aiokafka.server_list(transport.url, transport.default_port),
             [TopicPartition(tp.topic, tp.partition) for tp in partitions],
             timeout=conf.broker_request_timeout,
+            # how the app's own clients connect (seqkeeper.runtime.app.make_app)
+            security=getattr(self.app, "client_security", None),
             client_id=f"{conf.broker_client_id}-highwater",
-            **auth,
         )
         return {TP(tp.topic, tp.partition): end for tp, end in ends.items()}

@@ -40,6 +40,8 @@ from aiokafka.consumer import consumer as aiokafka_consumer
 from aiokafka.consumer.group_coordinator import GroupCoordinator
 from aiokafka.protocol.group import LeaveGroupRequest
 
+from seqkeeper.security import kafka_options
+
 #: Longest the removal may take: the restart goes on without it after that
 #: (the old member then expires with its session, as before).
 REMOVE_TIMEOUT_MS = 5000
@@ -76,7 +78,9 @@ async def remove_member(bootstrap: str, group: str, member: str) -> bool:
     """Remove ``member`` from ``group`` (a LeaveGroup on its behalf): True
     if it was there, False if the coordinator no longer knew it (its
     session had expired, or it left). Other errors are raised."""
-    client = AIOKafkaClient(bootstrap_servers=bootstrap, request_timeout_ms=REMOVE_TIMEOUT_MS)
+    client = AIOKafkaClient(
+        bootstrap_servers=bootstrap, **kafka_options(), request_timeout_ms=REMOVE_TIMEOUT_MS
+    )
     await client.bootstrap()
     try:
         node = await client.coordinator_lookup(CoordinationType.GROUP, group)

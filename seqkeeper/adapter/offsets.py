@@ -53,6 +53,8 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
 
+from seqkeeper.security import ClientSecurity, kafka_options
+
 
 class EndOffsetTimeout(RuntimeError):
     """The broker did not report a high watermark in time."""
@@ -121,18 +123,21 @@ async def end_offsets(
     bootstrap_servers: str | list[str],
     partitions: Iterable[TopicPartition],
     timeout: float = 30.0,
+    security: ClientSecurity | None = None,
     **consumer_kwargs: Any,
 ) -> dict[TopicPartition, int]:
-    """Exact end offsets of ``partitions`` through a short-lived consumer."""
+    """Exact end offsets of ``partitions`` through a short-lived consumer
+    (``security``: how it connects; None: the process default)."""
     consumer = AIOKafkaConsumer(
         bootstrap_servers=bootstrap_servers,
         enable_auto_commit=False,
         fetch_max_wait_ms=20,
         max_partition_fetch_bytes=1024,
+        **kafka_options(security),
         **consumer_kwargs,
     )
-    await consumer.start()
     try:
+        await consumer.start()
         return await high_watermarks(consumer, partitions, timeout)
     finally:
         await consumer.stop()
@@ -180,6 +185,7 @@ async def committed_ends(
     bootstrap_servers: str | list[str],
     partitions: Iterable[TopicPartition],
     timeout: float = 30.0,
+    security: ClientSecurity | None = None,
     **consumer_kwargs: Any,
 ) -> dict[TopicPartition, int]:
     """1 + the offset of the last record of each of ``partitions`` that a
@@ -191,10 +197,11 @@ async def committed_ends(
         isolation_level="read_committed",
         enable_auto_commit=False,
         fetch_max_wait_ms=20,
+        **kafka_options(security),
         **consumer_kwargs,
     )
-    await consumer.start()
     try:
+        await consumer.start()
         return await _committed_ends(consumer, partitions, timeout)
     finally:
         await consumer.stop()

@@ -33,6 +33,7 @@ from aiokafka import AIOKafkaProducer, TopicPartition
 from aiokafka.errors import ProducerFenced
 
 from seqkeeper.adapter.producer import PRODUCER_BATCH_BYTES, BatchProducer
+from seqkeeper.security import ClientSecurity, kafka_options
 from seqkeeper.state.base import Record
 
 log = logging.getLogger("seqkeeper.transactions")
@@ -61,9 +62,16 @@ class TransactionalProducers:
     """The transactional producers of the input partitions this worker owns."""
 
     def __init__(
-        self, bootstrap: str, app_id: str, input_topic: str, group_id: str, **client: Any
+        self,
+        bootstrap: str,
+        app_id: str,
+        input_topic: str,
+        group_id: str,
+        security: ClientSecurity | None = None,
+        **client: Any,
     ) -> None:
         self.bootstrap = bootstrap
+        self.security = security
         self.app_id = app_id
         self.input_topic = input_topic
         self.group_id = group_id
@@ -97,6 +105,7 @@ class TransactionalProducers:
             transactional_id=self.tid(partition),
             transaction_timeout_ms=TRANSACTION_TIMEOUT_MS,
             max_batch_size=PRODUCER_BATCH_BYTES,
+            **kafka_options(self.security),
             **self.client,
         )
         try:

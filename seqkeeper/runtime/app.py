@@ -40,6 +40,7 @@ from seqkeeper.runtime.progress import (
 from seqkeeper.runtime.protocol import Query, Topology, Wiring
 from seqkeeper.runtime.queries import Access, Placement, admit, answer
 from seqkeeper.runtime.task import Task, TaskState
+from seqkeeper.security import ClientSecurity
 from seqkeeper.settings import Settings
 from seqkeeper.state.rocksdb import FaustRocksStore
 
@@ -47,11 +48,33 @@ from seqkeeper.state.rocksdb import FaustRocksStore
 FENCED_EXIT = 3
 
 
+def faust_security(security: ClientSecurity) -> dict[str, Any]:
+    """Faust's settings for clients connecting as ``security``
+    (``broker_credentials``: Faust hands them to every aiokafka client it
+    creates; its ``SASLCredentials`` shows no password in its repr)."""
+    from faust.auth import SASLCredentials, SSLCredentials
+
+    context = security.ssl_context()
+    if security.sasl:
+        return {
+            "broker_credentials": SASLCredentials(
+                username=security.username,
+                password=security.password.reveal(),
+                mechanism=security.mechanism,
+                ssl_context=context,
+            )
+        }
+    if context is not None:
+        return {"broker_credentials": SSLCredentials(context)}
+    return {}
+
+
 def make_app(settings: Settings, app_id: str | None = None) -> App:
     """The Faust app for ``settings`` (RocksDB tables, the adapter's
     transport and recovery)."""
     if not settings.broker.bootstrap:
         raise ValueError("no broker: start one first or give its address")
+    security = ClientSecurity.of(settings.security)
     app = App(
         app_id or settings.group_id,
         broker=[f"kafka://{server.strip()}" for server in settings.broker.bootstrap.split(",")],
@@ -79,7 +102,9 @@ def make_app(settings: Settings, app_id: str | None = None) -> App:
         # its small default an outbox cycle's changelog writes would go out
         # as many requests one after another, each cycle longer than the last.
         producer_max_batch_size=PRODUCER_BATCH_BYTES,
+        **faust_security(security),
     )
+    app.client_security = security
     app.fetch_max_wait_ms = settings.runtime.fetch_wait_ms()
     app.group_instance_id = settings.runtime.instance_id or None
     return app
@@ -204,7 +229,9 @@ def exactly_once(app: Any, settings: Settings, input_topic: str) -> Transactiona
     app.exactly_once = True
     # (ids under the group's prefix: the one the start-up probe used, and
     # the one an ACL grants)
-    return TransactionalProducers(settings.broker.bootstrap, app.conf.id, input_topic, app.conf.id)
+    return TransactionalProducers(
+        settings.broker.bootstrap, app.conf.id, input_topic, app.conf.id, app.client_security
+    )
 
 
 def install_transactions(

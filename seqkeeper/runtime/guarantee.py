@@ -22,6 +22,7 @@ import sys
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import UnknownError, UnsupportedVersionError
 
+from seqkeeper.security import kafka_options
 from seqkeeper.settings import VARS, Settings
 
 #: The answers that mean "this broker has no transactions".
@@ -50,7 +51,9 @@ async def transactions_answer(bootstrap: str, transactional_id: str) -> str | No
     producer with it); else the broker's "not implemented" answer, named as
     in Kafka's protocol (``UNKNOWN_SERVER_ERROR``, ``UNSUPPORTED_VERSION``).
     Any other error is raised."""
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, transactional_id=transactional_id)
+    producer = AIOKafkaProducer(
+        bootstrap_servers=bootstrap, **kafka_options(), transactional_id=transactional_id
+    )
     sender = logging.getLogger("aiokafka.producer.sender")
     quiet = sender.level
     sender.setLevel(logging.CRITICAL)  # its error log of the answer we expect on no

@@ -29,6 +29,7 @@ from aiokafka.errors import CommitFailedError, KafkaError
 
 from seqkeeper.processors.dead_letter import dead_letter_headers
 from seqkeeper.processors.envelope import InvalidMessage, Shape, key_field
+from seqkeeper.security import ClientSecurity, kafka_options
 from seqkeeper.settings import Settings
 
 log = logging.getLogger("seqkeeper.repartition")
@@ -69,13 +70,18 @@ class Repartitioner:
         consumer = AIOKafkaConsumer(
             s.ordered.input_topic,
             bootstrap_servers=s.broker.bootstrap,
+            **kafka_options(ClientSecurity.of(s.security)),
             group_id=group_of(s),
             enable_auto_commit=False,
             auto_offset_reset="earliest",
             max_poll_records=s.runtime.max_poll_records,
             fetch_max_wait_ms=s.runtime.fetch_wait_ms(),
         )
-        producer = AIOKafkaProducer(bootstrap_servers=s.broker.bootstrap, acks="all")
+        producer = AIOKafkaProducer(
+            bootstrap_servers=s.broker.bootstrap,
+            **kafka_options(ClientSecurity.of(s.security)),
+            acks="all",
+        )
         await producer.start()
         try:
             await consumer.start()

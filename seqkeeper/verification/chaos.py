@@ -66,6 +66,7 @@ from seqkeeper.adapter.offsets import as_topic_partitions, committed_ends
 from seqkeeper.broker import LocalBroker
 from seqkeeper.demo import no_reemissions, publish, verify_topics
 from seqkeeper.processors.dead_letter import REASON
+from seqkeeper.security import kafka_options
 from seqkeeper.settings import EXAMPLE_HANDLERS, Settings
 from seqkeeper.topics import Record, TopicCache, create_topics, end_offsets_of, read_topic
 from seqkeeper.verification.corpus import DROPPED, EMITTED, Case, command_cases, ordered_cases
@@ -902,7 +903,11 @@ async def _send(
     from aiokafka import AIOKafkaProducer
 
     producer = AIOKafkaProducer(
-        bootstrap_servers=bootstrap, acks="all", max_request_size=1_048_576, linger_ms=5
+        bootstrap_servers=bootstrap,
+        **kafka_options(),
+        acks="all",
+        max_request_size=1_048_576,
+        linger_ms=5,
     )
     await producer.start()
     try:

@@ -1,0 +1,84 @@
+"""A secured Apache Kafka for the tests of TLS and SASL: one SASL_SSL
+listener with SCRAM-SHA-512 users, a CA and server certificate made at
+start, the StandardAuthorizer denying what no ACL allows, and ``admin`` a
+super user (:class:`seqkeeper.broker.SecuredKafkaBroker`).
+
+It needs ``KAFKA_HOME`` (Apache Kafka 3.7+/4.x and Java 17): the embedded
+broker has no TLS or SASL, so without it these tests are skipped."""
+
+from __future__ import annotations
+
+import tempfile
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from seqkeeper.broker import SecuredKafkaBroker, kafka_home_from_env
+from seqkeeper.security import ClientSecurity
+from seqkeeper.settings import EXAMPLE_HANDLERS, Settings
+
+#: Every log the secured tests write goes here, and the broker's too: the
+#: last test reads them all for the passwords.
+LOGS = Path(tempfile.gettempdir()) / f"seqkeeper-secured-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture(scope="session")
+def secured_broker() -> Iterator[SecuredKafkaBroker]:
+    home = kafka_home_from_env()
+    if not home:
+        pytest.skip(
+            "KAFKA_HOME is not set: TLS and SASL are tested on Apache Kafka "
+            "(the embedded broker has no TLS or SASL listener)"
+        )
+    LOGS.mkdir(parents=True, exist_ok=True)
+    with SecuredKafkaBroker(home, log_path=LOGS / "kafka.log", partitions=2) as kafka:
+        yield kafka
+
+
+@pytest.fixture(scope="session")
+def secured_logs(secured_broker: SecuredKafkaBroker) -> Path:
+    return LOGS
+
+
+def security_env(security: ClientSecurity) -> dict[str, str]:
+    """The environment variables that make ``security`` every client's."""
+    return {
+        "SEQKEEPER_SECURITY_PROTOCOL": security.protocol,
+        "SEQKEEPER_SASL_MECHANISM": security.mechanism,
+        "SEQKEEPER_SASL_USERNAME": security.username,
+        "SEQKEEPER_SASL_PASSWORD": security.password.reveal(),
+        "SEQKEEPER_SSL_CAFILE": security.cafile,
+    }
+
+
+@pytest.fixture
+def as_admin(secured_broker: SecuredKafkaBroker, monkeypatch: pytest.MonkeyPatch) -> ClientSecurity:
+    """This process's clients (and the workers it starts) connect to the
+    secured broker as its super user."""
+    security = secured_broker.client_security()
+    for name, value in security_env(security).items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", secured_broker.bootstrap)
+    return security
+
+
+@pytest.fixture
+def secured_settings(as_admin: ClientSecurity, tmp_path: Path) -> Settings:
+    """Worker settings on the secured broker, with names of their own."""
+    tag = uuid.uuid4().hex[:8]
+    return Settings.of(
+        data_dir=tmp_path / "data",
+        partitions=2,
+        session_timeout=6.0,
+        gap_timeout=120.0,
+        handlers=EXAMPLE_HANDLERS,
+        app_id=f"app-{tag}",
+        input_topic=f"in-{tag}",
+        ordered_topic=f"ordered-{tag}",
+        deduped_topic=f"deduped-{tag}",
+        dlq_topic=f"dlq-{tag}",
+        late_topic=f"late-{tag}",
+        broker_wait=30.0,
+    )
