@@ -24,7 +24,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import Self
@@ -422,20 +422,33 @@ class KafkaBroker(_BrokerProcess):
 
 
 @dataclass(frozen=True)
+class ClientCertificate:
+    """A client certificate and its private key, as PEM files (mutual TLS)."""
+
+    cert: Path  #: the certificate (subject ``CN=<name>``) and the CA's
+    key: Path  #: its unencrypted private key (PKCS#8), readable by its owner only
+
+
+@dataclass(frozen=True)
 class TlsFiles:
-    """A CA and a server certificate it signed, as PEM files."""
+    """A CA and a server certificate it signed, as PEM files; and client
+    certificates it signed, by name."""
 
     ca: Path  #: the CA's certificate (what clients trust)
     server: Path  #: the server's private key (PKCS#8) and certificate chain
+    clients: Mapping[str, ClientCertificate] = field(default_factory=dict)
 
 
 def make_tls_files(
-    directory: Path, hosts: tuple[str, ...] = ("127.0.0.1", "localhost")
+    directory: Path,
+    hosts: tuple[str, ...] = ("127.0.0.1", "localhost"),
+    clients: tuple[str, ...] = (),
 ) -> TlsFiles:
     """A new CA and a server certificate for ``hosts`` (IP addresses and DNS
     names) signed by it, written to ``directory`` (``cryptography``; valid
-    for a day). A second call makes another CA, which does not sign the
-    first call's certificate."""
+    for a day); and a client certificate ``CN=<name>`` for each of
+    ``clients``. A second call makes another CA, which does not sign the
+    first call's certificates."""
     import datetime
     import ipaddress
 
@@ -506,7 +519,16 @@ def make_tls_files(
         .sign(ca_key, hashes.SHA256())
     )
     directory.mkdir(parents=True, exist_ok=True)
-    files = TlsFiles(directory / "ca.pem", directory / "server.pem")
+    files = TlsFiles(
+        directory / "ca.pem",
+        directory / "server.pem",
+        {
+            name: ClientCertificate(
+                directory / f"client-{name}.pem", directory / f"client-{name}.key"
+            )
+            for name in clients
+        },
+    )
     files.ca.write_bytes(ca.public_bytes(serialization.Encoding.PEM))
     files.server.write_bytes(
         key.private_bytes(
@@ -518,6 +540,38 @@ def make_tls_files(
         + ca.public_bytes(serialization.Encoding.PEM)
     )
     files.server.chmod(0o600)
+    for name, client in files.clients.items():
+        client_key = ec.generate_private_key(ec.SECP256R1())
+        cert = (
+            x509.CertificateBuilder()
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)]))
+            .issuer_name(ca_name)
+            .public_key(client_key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+            .add_extension(
+                x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False
+            )
+            .add_extension(
+                x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()),
+                critical=False,
+            )
+            .sign(ca_key, hashes.SHA256())
+        )
+        client.key.touch(mode=0o600)
+        client.key.write_bytes(
+            client_key.private_bytes(
+                serialization.Encoding.PEM,
+                serialization.PrivateFormat.PKCS8,
+                serialization.NoEncryption(),
+            )
+        )
+        client.cert.write_bytes(
+            cert.public_bytes(serialization.Encoding.PEM)
+            + ca.public_bytes(serialization.Encoding.PEM)
+        )
     return files
 
 
@@ -536,7 +590,15 @@ class SecuredKafkaBroker(KafkaBroker):
     its own controller.
 
     :meth:`client_security` is how a client connects as ``admin``;
-    :meth:`client_security_as` as another user.
+    :meth:`client_security_as` as another user. The listener takes
+    SCRAM-SHA-256 and PLAIN too, with the same users and passwords (PLAIN's
+    in the listener's JAAS config, as Kafka's ``PlainLoginModule`` reads them).
+
+    ``mtls``: a second listener, SSL with ``ssl.client.auth=required``, on
+    :attr:`mtls_bootstrap`; a client certificate ``CN=<admin>`` is made with
+    the CA, and the principal of a certificate is its CN
+    (``ssl.principal.mapping.rules``), so this one is ``User:<admin>``:
+    :meth:`client_security_mtls`.
     """
 
     def __init__(
@@ -548,8 +610,11 @@ class SecuredKafkaBroker(KafkaBroker):
         extra_config: Mapping[str, str] | None = None,
         admin: str = "admin",
         users: Mapping[str, str] | None = None,
+        mtls: bool = False,
     ) -> None:
         super().__init__(home, port, log_path, partitions, extra_config)
+        self.mtls_port = free_port() if mtls else None
+        self.mtls_bootstrap = f"127.0.0.1:{self.mtls_port}" if mtls else ""
         self.admin = admin
         self.admin_password = Secret(uuid.uuid4().hex)
         self.users: dict[str, Secret] = {name: Secret(pw) for name, pw in (users or {}).items()}
@@ -557,13 +622,16 @@ class SecuredKafkaBroker(KafkaBroker):
 
     @property
     def kind(self) -> str:
-        return f"Apache Kafka {self.version} (SASL_SSL, SCRAM-SHA-512)"
+        mtls = ", mTLS" if self.mtls_port else ""
+        return f"Apache Kafka {self.version} (SASL_SSL, SCRAM-SHA-512/256, PLAIN{mtls})"
 
-    def client_security_as(self, user: str, password: Secret) -> ClientSecurity:
+    def client_security_as(
+        self, user: str, password: Secret, mechanism: str = "SCRAM-SHA-512"
+    ) -> ClientSecurity:
         assert self.tls is not None, "the broker has not started"
         return ClientSecurity(
             protocol="SASL_SSL",
-            mechanism="SCRAM-SHA-512",
+            mechanism=mechanism,
             username=user,
             password=password,
             cafile=str(self.tls.ca),
@@ -572,8 +640,21 @@ class SecuredKafkaBroker(KafkaBroker):
     def client_security(self) -> ClientSecurity:
         return self.client_security_as(self.admin, self.admin_password)
 
+    def client_security_mtls(self) -> ClientSecurity:
+        """How a client connects to :attr:`mtls_bootstrap`, as ``admin`` by
+        its certificate."""
+        assert self.tls is not None and self.mtls_port, "no mtls listener, or not started"
+        client = self.tls.clients[self.admin]
+        return ClientSecurity(
+            protocol="SSL",
+            cafile=str(self.tls.ca),
+            certfile=str(client.cert),
+            keyfile=str(client.key),
+        )
+
     def _prepare(self, directory: Path) -> None:
-        self.tls = make_tls_files(directory / "tls")
+        clients = (self.admin,) if self.mtls_port else ()
+        self.tls = make_tls_files(directory / "tls", clients=clients)
 
     def _listener_config(self, controller_port: int) -> dict[str, str]:
         assert self.tls is not None
@@ -581,14 +662,33 @@ class SecuredKafkaBroker(KafkaBroker):
             "org.apache.kafka.common.security.scram.ScramLoginModule required "
             f'username="{self.admin}" password="{self.admin_password.reveal()}";'
         )
+        plain_users = " ".join(
+            f'user_{name}="{password.reveal()}"' for name, password in self._passwords().items()
+        )
+        plain_jaas = (
+            f"org.apache.kafka.common.security.plain.PlainLoginModule required {plain_users};"
+        )
+        listeners = f"SASL_SSL://{self.bootstrap},CONTROLLER://127.0.0.1:{controller_port}"
+        advertised = f"SASL_SSL://{self.bootstrap}"
+        protocols = "CONTROLLER:PLAINTEXT,SASL_SSL:SASL_SSL"
+        if self.mtls_port:
+            listeners += f",SSL://{self.mtls_bootstrap}"
+            advertised += f",SSL://{self.mtls_bootstrap}"
+            protocols += ",SSL:SSL"
         return {
-            "listeners": f"SASL_SSL://{self.bootstrap},CONTROLLER://127.0.0.1:{controller_port}",
-            "advertised.listeners": f"SASL_SSL://{self.bootstrap}",
+            "listeners": listeners,
+            "advertised.listeners": advertised,
             "inter.broker.listener.name": "SASL_SSL",
-            "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,SASL_SSL:SASL_SSL",
-            "sasl.enabled.mechanisms": "SCRAM-SHA-512",
+            "listener.security.protocol.map": protocols,
+            "sasl.enabled.mechanisms": "SCRAM-SHA-512,SCRAM-SHA-256,PLAIN",
             "sasl.mechanism.inter.broker.protocol": "SCRAM-SHA-512",
             "listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config": jaas,
+            "listener.name.sasl_ssl.scram-sha-256.sasl.jaas.config": jaas,
+            "listener.name.sasl_ssl.plain.sasl.jaas.config": plain_jaas,
+            # mutual TLS on the SSL listener only; a certificate's principal
+            # is its CN (Kafka's default would be the whole DN, "CN=admin")
+            "listener.name.ssl.ssl.client.auth": "required",
+            "ssl.principal.mapping.rules": "RULE:^CN=([^,]+)$/$1/,DEFAULT",
             "ssl.keystore.type": "PEM",
             "ssl.keystore.location": str(self.tls.server),
             "ssl.truststore.type": "PEM",
@@ -598,11 +698,14 @@ class SecuredKafkaBroker(KafkaBroker):
             "super.users": f"User:{self.admin};User:ANONYMOUS",
         }
 
+    def _passwords(self) -> dict[str, Secret]:
+        return {self.admin: self.admin_password, **self.users}
+
     def _format_args(self) -> list[str]:
-        users = {self.admin: self.admin_password, **self.users}
         args = []
-        for name, password in users.items():
-            args += ["--add-scram", f"SCRAM-SHA-512=[name={name},password={password.reveal()}]"]
+        for name, password in self._passwords().items():
+            for mechanism in ("SCRAM-SHA-512", "SCRAM-SHA-256"):
+                args += ["--add-scram", f"{mechanism}=[name={name},password={password.reveal()}]"]
         return args
 
     def _secrets(self) -> list[str]:

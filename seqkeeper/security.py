@@ -223,6 +223,16 @@ class ClientSecurity:
             ) from None
         context.check_hostname = self.check_hostname
         if self.certfile:
+            # each file named by its variable: ssl's own error names neither
+            for name, path in (("certfile", self.certfile), ("keyfile", self.keyfile)):
+                try:
+                    if path:
+                        Path(path).read_bytes()
+                except OSError as e:
+                    raise SettingError(
+                        f"{_ENV_NAMES[name]}={path}: cannot read it "
+                        f"({e.strerror or type(e).__name__})"
+                    ) from None
             try:
                 context.load_cert_chain(self.certfile, self.keyfile or None)
             except (OSError, ssl.SSLError) as e:
@@ -263,6 +273,10 @@ class ClientSecurity:
         """How the clients connect, for a log line (no password)."""
         if self.sasl:
             return f"{self.protocol}, {self.mechanism} as {self.username!r}"
+        if self.tls:
+            return f"{self.protocol}, " + (
+                f"client certificate {self.certfile}" if self.certfile else "no client certificate"
+            )
         return self.protocol
 
 
@@ -300,13 +314,29 @@ def kafka_options(security: ClientSecurity | None = None) -> dict[str, Any]:
 # -- failures: what aiokafka logs instead of raising -----------------------------
 
 
+#: The TLS alerts a broker with ``ssl.client.auth=required`` sends a client
+#: with no certificate, or with one its truststore does not trust.
+_CLIENT_CERTIFICATE_ALERTS = ("ALERT_BAD_CERTIFICATE", "CERTIFICATE_REQUIRED", "ALERT_UNKNOWN_CA")
+
+
 def security_cause(exc: BaseException) -> str | None:
     """What ``exc`` says, when it is a security failure: ``authentication
-    failed (...)`` or ``certificate verify failed (...)``; else None."""
+    failed (...)`` or ``certificate verify failed (...)``; else None.
+    aiokafka's ``Connection at H:P closed`` is one when its cause is: in
+    TLS 1.3 a client learns that the broker refused its certificate (or its
+    lack of one) only from an alert after the handshake, on its first read."""
+    cause = exc.__cause__
+    if type(exc).__name__ == "KafkaConnectionError" and cause is not None:
+        return security_cause(cause)
     from_kafka = type(exc).__name__
     if isinstance(exc, ssl.SSLCertVerificationError):
         return f"certificate verify failed ({exc.verify_message or exc.reason})"
     if isinstance(exc, ssl.SSLError):
+        if any(alert in str(exc.reason) for alert in _CLIENT_CERTIFICATE_ALERTS):
+            return (
+                "TLS handshake failed: the broker requires a client certificate it trusts "
+                f"({exc.reason})"
+            )
         return f"TLS handshake failed ({exc.reason or exc})"
     # (aiokafka's errors by name: this module imports no aiokafka)
     if from_kafka in (

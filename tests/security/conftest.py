@@ -1,6 +1,7 @@
 """A secured Apache Kafka for the tests of TLS and SASL: one SASL_SSL
-listener with SCRAM-SHA-512 users, a CA and server certificate made at
-start, the StandardAuthorizer denying what no ACL allows, and ``admin`` a
+listener with SCRAM-SHA-512 users (SCRAM-SHA-256 and PLAIN too), an SSL
+listener that requires a client certificate (mTLS), a CA and server
+certificate made at start, the StandardAuthorizer denying what no ACL allows, and ``admin`` a
 super user (:class:`seqkeeper.broker.SecuredKafkaBroker`).
 
 It needs ``KAFKA_HOME`` (Apache Kafka 3.7+/4.x and Java 17): the embedded
@@ -17,7 +18,7 @@ import pytest
 
 from seqkeeper.broker import SecuredKafkaBroker, kafka_home_from_env
 from seqkeeper.security import ClientSecurity
-from seqkeeper.settings import EXAMPLE_HANDLERS, Settings
+from seqkeeper.settings import EXAMPLE_HANDLERS, Secret, Settings
 
 #: Every log the secured tests write goes here, and the broker's too: the
 #: last test reads them all for the passwords.
@@ -33,7 +34,7 @@ def secured_broker() -> Iterator[SecuredKafkaBroker]:
             "(the embedded broker has no TLS or SASL listener)"
         )
     LOGS.mkdir(parents=True, exist_ok=True)
-    with SecuredKafkaBroker(home, log_path=LOGS / "kafka.log", partitions=2) as kafka:
+    with SecuredKafkaBroker(home, log_path=LOGS / "kafka.log", partitions=2, mtls=True) as kafka:
         yield kafka
 
 
@@ -81,4 +82,45 @@ def secured_settings(as_admin: ClientSecurity, tmp_path: Path) -> Settings:
         dlq_topic=f"dlq-{tag}",
         late_topic=f"late-{tag}",
         broker_wait=30.0,
+    )
+
+
+#: The SASL variables a mutual TLS client leaves unset.
+SASL_VARS = (
+    "SEQKEEPER_SASL_MECHANISM",
+    "SEQKEEPER_SASL_USERNAME",
+    "SEQKEEPER_SASL_PASSWORD",
+    "SEQKEEPER_SASL_PASSWORD_FILE",
+)
+
+
+@pytest.fixture
+def as_mtls(
+    as_admin: ClientSecurity, secured_broker: SecuredKafkaBroker, monkeypatch: pytest.MonkeyPatch
+) -> ClientSecurity:
+    """This process's clients (and the workers it starts) connect to the
+    secured broker's mTLS listener, as its super user by certificate."""
+    security = secured_broker.client_security_mtls()
+    for name in SASL_VARS:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("SEQKEEPER_SECURITY_PROTOCOL", "SSL")
+    monkeypatch.setenv("SEQKEEPER_SSL_CAFILE", security.cafile)
+    monkeypatch.setenv("SEQKEEPER_SSL_CERTFILE", security.certfile)
+    monkeypatch.setenv("SEQKEEPER_SSL_KEYFILE", security.keyfile)
+    monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", secured_broker.mtls_bootstrap)
+    return security
+
+
+@pytest.fixture
+def mtls_settings(
+    as_mtls: ClientSecurity, secured_broker: SecuredKafkaBroker, secured_settings: Settings
+) -> Settings:
+    """:func:`secured_settings` on the mTLS listener, by certificate."""
+    return secured_settings.with_overrides(
+        bootstrap=secured_broker.mtls_bootstrap,
+        security_protocol="SSL",
+        sasl_username="",
+        sasl_password=Secret(""),
+        ssl_certfile=as_mtls.certfile,
+        ssl_keyfile=as_mtls.keyfile,
     )

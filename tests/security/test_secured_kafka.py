@@ -184,10 +184,17 @@ def test_the_spark_source_over_sasl_ssl(
 
 
 def test_no_log_holds_a_password(secured_broker: SecuredKafkaBroker, secured_logs: Path) -> None:
-    """Runs last in this module: every log its tests wrote, and the broker's."""
+    """Runs last in this module: every log its tests wrote, and those of the
+    modules before it (test_cli_tools_secured, test_mtls,
+    test_sasl_mechanisms), and the broker's. Nor the client's private key
+    (mTLS), whole or any line of it."""
     logs = sorted(p for p in secured_logs.rglob("*") if p.is_file())
     assert any(p.name == "kafka.log" for p in logs)
     passwords = [secured_broker.admin_password.reveal(), WRONG_PASSWORD]
+    assert secured_broker.tls is not None and secured_broker.tls.clients
+    for client in secured_broker.tls.clients.values():
+        key = client.key.read_text()
+        passwords += [key, *(line for line in key.splitlines() if "PRIVATE KEY" not in line)]
     found = [
         (p.name, pw == WRONG_PASSWORD)
         for p in logs

@@ -257,3 +257,34 @@ def test_spark_options_round_trip(protocol: str, mechanism: str, check: bool) ->
         check_hostname=check or not tls,
     )
     assert ClientSecurity.from_options(security.spark_options()) == security
+
+
+def test_a_closed_connection_caused_by_a_tls_alert_is_a_security_cause() -> None:
+    """Over TLS 1.3 a broker that requires a client certificate says so only
+    after the handshake: aiokafka's ``Connection closed`` carries the alert."""
+    from aiokafka.errors import KafkaConnectionError
+
+    alert = ssl.SSLError(1, "[SSL: SSLV3_ALERT_BAD_CERTIFICATE] sslv3 alert bad certificate")
+    alert.reason = "SSLV3_ALERT_BAD_CERTIFICATE"
+    closed = KafkaConnectionError("Connection at h:9093 closed")
+    closed.__cause__ = alert
+    cause = security_cause(closed)
+    assert cause is not None and "requires a client certificate" in cause
+    closed.__cause__ = ConnectionResetError()
+    assert security_cause(closed) is None
+    missing = ClientSecurity(protocol="SSL")
+    assert missing.describe() == "SSL, no client certificate"
+    with_cert = ClientSecurity(protocol="SSL", certfile="/c.pem", keyfile="/c.key")
+    assert with_cert.describe() == "SSL, client certificate /c.pem"
+
+
+def test_a_client_key_that_cannot_be_read_names_its_variable(tmp_path: Path) -> None:
+    cert = tmp_path / "client.pem"
+    cert.write_text("not read: the key fails first\n")
+    security = ClientSecurity(
+        protocol="SSL", certfile=str(cert), keyfile=str(tmp_path / "missing.key")
+    )
+    with pytest.raises(
+        SettingError, match=r"^SEQKEEPER_SSL_KEYFILE=.*missing\.key: cannot read it"
+    ):
+        security.ssl_context()

@@ -1,0 +1,87 @@
+"""Every client over mutual TLS (an SSL listener with
+``ssl.client.auth=required``, tests/security/conftest.py): the worker
+processes a workload and ``verify`` passes, by certificate alone; without a
+client certificate, or with a key file that cannot be read, the worker and
+``verify`` stop at once with one line saying what failed."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+
+import pytest
+
+from seqkeeper.demo import publish, wait_until_verified
+from seqkeeper.settings import Settings
+from seqkeeper.topics import create_topics
+from seqkeeper.verification.workload import generate
+from seqkeeper.worker import WorkerProcess
+from tests.security.test_secured_kafka import error_lines, failed_worker, run_cli, verify_args
+
+pytestmark = pytest.mark.integration
+
+
+def test_the_worker_and_verify_over_mtls(mtls_settings: Settings, secured_logs: Path) -> None:
+    settings = mtls_settings
+    assert settings.security.security_protocol == "SSL" and not settings.security.sasl_username
+    w = generate(messages=300, keys=8, malformed=2, seed=11)
+    asyncio.run(create_topics(settings.broker.bootstrap, settings.topics(), 2))
+    asyncio.run(publish(settings.broker.bootstrap, settings.ordered.input_topic, w.records))
+    worker = WorkerProcess(settings, secured_logs / "worker-mtls.log").start()
+    try:
+        report = asyncio.run(wait_until_verified(settings, timeout=120, worker=worker))
+        assert report.ok, [(c.name, c.count, c.detail) for c in report.failures()]
+        assert report.ordered_records > 0
+    finally:
+        code = worker.stop()
+    log = worker.log()
+    assert code == 0, log[-3000:]
+    # the certificate's principal (User:admin) may use transactions too
+    assert "exactly_once" in log, log[-3000:]
+    done = run_cli(
+        [*verify_args(settings), "--isolation", "read_committed"],
+        {**os.environ, **settings.to_env()},
+        secured_logs / "verify-mtls.log",
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+
+
+def test_without_a_client_certificate_fails_fast_with_one_line(
+    mtls_settings: Settings, secured_logs: Path
+) -> None:
+    settings = mtls_settings.with_overrides(ssl_certfile="", ssl_keyfile="")
+    env = {**os.environ, **settings.to_env()}
+    done = run_cli(verify_args(settings), env, secured_logs / "verify-no-client-cert.log")
+    assert done.returncode == 1, done.stdout + done.stderr
+    [line] = done.stderr.strip().splitlines()  # nothing else: no traceback, no warning
+    assert line.startswith(f"error: Kafka at {settings.broker.bootstrap}: "), line
+    assert "requires a client certificate" in line and "[SSL, no client certificate]" in line
+
+    code, log, took = failed_worker(settings, secured_logs / "worker-no-client-cert.log")
+    assert code == 1, log[-3000:]
+    assert took < 60, took
+    assert "Traceback" not in log, log[-3000:]
+    [line] = error_lines(log)
+    assert "requires a client certificate" in line, line
+
+
+@pytest.mark.parametrize("problem", ["missing", "a directory"])
+def test_an_unreadable_client_key_names_the_variable(
+    mtls_settings: Settings, secured_logs: Path, tmp_path: Path, problem: str
+) -> None:
+    key = tmp_path / "client.key"
+    if problem == "a directory":
+        key.mkdir()
+    settings = mtls_settings.with_overrides(ssl_keyfile=str(key))
+    env = {**os.environ, **settings.to_env()}
+    done = run_cli(verify_args(settings), env, secured_logs / f"verify-key-{problem[-4:]}.log")
+    assert done.returncode != 0, done.stdout + done.stderr
+    [line] = done.stderr.strip().splitlines()
+    assert line.startswith(f"error: SEQKEEPER_SSL_KEYFILE={key}: cannot read it ("), line
+
+    code, log, took = failed_worker(settings, secured_logs / f"worker-key-{problem[-4:]}.log")
+    assert code != 0 and took < 60, (code, took, log[-3000:])
+    assert "Traceback" not in log, log[-3000:]
+    [line] = error_lines(log)
+    assert f"SEQKEEPER_SSL_KEYFILE={key}: cannot read it" in line, line
