@@ -34,6 +34,7 @@ from seqkeeper.adapter.permissions import (
     TOPIC_AUTHORIZATION_FAILED,
     group_operations,
     may_write,
+    topic_errors,
 )
 from seqkeeper.security import kafka_options
 from seqkeeper.settings import Settings
@@ -152,23 +153,24 @@ async def check_topics(settings: Settings) -> None:
     try:
         await admin.start()
         missing = []
-        for topic in await admin.describe_topics(wanted):
-            code = topic.get("error_code", 0)
+        errors = await topic_errors(admin._client, wanted)  # (the admin has no such request)
+        for topic in wanted:
+            code = errors.get(topic, UNKNOWN_TOPIC_OR_PARTITION)
             if code == TOPIC_AUTHORIZATION_FAILED:
-                op = "Read" if topic["topic"] in read_topics(settings) else "Write"
-                raise denied(settings, op, "topic", topic["topic"], "TOPIC_AUTHORIZATION_FAILED")
+                # (Read and Write imply Describe: the grant names the one needed)
+                op = "Read" if topic in read_topics(settings) else "Write"
+                raise denied(settings, op, "topic", topic, "TOPIC_AUTHORIZATION_FAILED")
             if code == UNKNOWN_TOPIC_OR_PARTITION:
-                missing.append(topic["topic"])
+                missing.append(topic)
         if missing:
             partitions, replication = settings.broker.partitions, settings.broker.replication
             answer = await admin.create_topics(
                 [NewTopic(t, partitions, replication) for t in missing], validate_only=True
             )
-            for name, code, *_ in answer.topic_errors:
-                if code in (TOPIC_AUTHORIZATION_FAILED, CLUSTER_AUTHORIZATION_FAILED):
-                    raise denied(
-                        settings, "Create", "topic", name, "TOPIC_AUTHORIZATION_FAILED"
-                    )
+            refused = {name: code for name, code, *_ in answer.topic_errors}
+            for name in missing:  # (in the order of the settings, not of the answer)
+                if refused.get(name) in (TOPIC_AUTHORIZATION_FAILED, CLUSTER_AUTHORIZATION_FAILED):
+                    raise denied(settings, "Create", "topic", name, "TOPIC_AUTHORIZATION_FAILED")
     finally:
         await admin.close()
 
@@ -209,6 +211,4 @@ async def _check_reads(
         try:
             await asyncio.wait_for(consumer.getmany(tp, timeout_ms=300), 30)
         except TopicAuthorizationFailedError:
-            raise denied(
-                settings, "Read", "topic", topic, "TOPIC_AUTHORIZATION_FAILED"
-            ) from None
+            raise denied(settings, "Read", "topic", topic, "TOPIC_AUTHORIZATION_FAILED") from None
