@@ -248,13 +248,3 @@ def test_a_missing_acl_is_one_line_naming_it(
     [line] = [x for x in log.splitlines() if x.startswith("error:")]
     assert f"user {USER!r} may not {expected}" in line, line
     assert f"--allow-principal User:{USER}" in line and "kafka-acls.sh" in line, line
-
-
-def test_the_grants_are_kafka_acls_commands() -> None:
-    s = Settings.of(app_id="app", input_topic="events.in")
-    commands = [g.command(USER, "kafka:9093") for g in worker_grants(s)]
-    assert (
-        "kafka-acls.sh --bootstrap-server kafka:9093 --command-config admin.properties --add "
-        "--allow-principal User:seqkeeper --operation Read --topic events.in"
-    ) in commands
-    assert any("--resource-pattern-type prefixed --transactional-id app-" in c for c in commands)
