@@ -32,6 +32,7 @@ from aiokafka.errors import TopicAuthorizationFailedError
 
 from seqkeeper.adapter.permissions import (
     TOPIC_AUTHORIZATION_FAILED,
+    client_of,
     group_operations,
     may_write,
     topic_errors,
@@ -153,7 +154,7 @@ async def check_topics(settings: Settings) -> None:
     try:
         await admin.start()
         missing = []
-        errors = await topic_errors(admin._client, wanted)  # (the admin has no such request)
+        errors = await topic_errors(client_of(admin), wanted)
         for topic in wanted:
             code = errors.get(topic, UNKNOWN_TOPIC_OR_PARTITION)
             if code == TOPIC_AUTHORIZATION_FAILED:
@@ -185,7 +186,7 @@ async def check_access(settings: Settings) -> None:
     )
     try:
         await consumer.start()
-        client = consumer._client  # (aiokafka has no public client accessor)
+        client = client_of(consumer)
         for group in groups(settings):
             ops = await group_operations(client, group)
             if ops is None or "Read" not in ops:

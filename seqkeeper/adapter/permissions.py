@@ -4,7 +4,9 @@ before Faust starts, because Faust and aiokafka retry or swallow most
 authorization errors (a denied JoinGroup retries, a denied CreateTopics is
 logged), and a worker that cannot work then hangs instead of saying why.
 
-Private members: none. :class:`DescribeGroupsWithOperations` works around
+Private members: ``_client`` of aiokafka's consumer and admin client
+(:func:`client_of`: they expose no other way to send a request).
+:class:`DescribeGroupsWithOperations` works around
 aiokafka 0.14 declaring ``DescribeGroupsResponse_v2`` as the answer to
 ``DescribeGroupsRequest_v3``, which drops the ``authorized_operations``
 field that v3 adds (KIP-430)."""
@@ -13,6 +15,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from aiokafka import AIOKafkaConsumer
+from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.client import AIOKafkaClient
 from aiokafka.errors import GroupAuthorizationFailedError, KafkaError
 from aiokafka.protocol.admin import (
@@ -31,6 +35,12 @@ OPERATIONS_NOT_TOLD = -(2**31)
 TOPIC_AUTHORIZATION_FAILED = 29
 GROUP_AUTHORIZATION_FAILED = 30
 INVALID_RECORD = 87
+
+
+def client_of(kafka: AIOKafkaConsumer | AIOKafkaAdminClient) -> AIOKafkaClient:
+    """The connection pool of a started consumer or admin client."""
+    client: AIOKafkaClient = kafka._client
+    return client
 
 
 class _DescribeGroupsV3(DescribeGroupsRequest_v3):  # type: ignore[misc]
