@@ -652,6 +652,25 @@ class SecuredKafkaBroker(KafkaBroker):
             keyfile=str(client.key),
         )
 
+    def admin_properties(self, path: Path) -> Path:
+        """Write the ``--command-config`` file of Kafka's tools
+        (``kafka-acls.sh``, ``kafka-configs.sh``) as ``admin`` to ``path``:
+        it holds the password, so keep it out of any log directory."""
+        assert self.tls is not None, "the broker has not started"
+        jaas = (
+            "org.apache.kafka.common.security.scram.ScramLoginModule required "
+            f'username="{self.admin}" password="{self.admin_password.reveal()}";'
+        )
+        path.write_text(
+            "security.protocol=SASL_SSL\n"
+            "sasl.mechanism=SCRAM-SHA-512\n"
+            f"sasl.jaas.config={jaas}\n"
+            "ssl.truststore.type=PEM\n"
+            f"ssl.truststore.location={self.tls.ca}\n"
+        )
+        path.chmod(0o600)
+        return path
+
     def _prepare(self, directory: Path) -> None:
         clients = (self.admin,) if self.mtls_port else ()
         self.tls = make_tls_files(directory / "tls", clients=clients)

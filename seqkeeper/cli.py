@@ -185,6 +185,38 @@ def worker(
 
 
 @app.command()
+def acls(
+    broker: BrokerOpt = None,
+    app_id: AppIdOpt = None,
+    topology: Annotated[Optional[str], flag("topology")] = None,
+    principal: Annotated[
+        Optional[str], typer.Option(help="The worker's user (default: SEQKEEPER_SASL_USERNAME).")
+    ] = None,
+    reply_topic: Annotated[
+        Optional[list[str]],
+        typer.Option(help="A replyTo topic the command worker writes (repeat for each)."),
+    ] = None,
+    create: Annotated[
+        bool,
+        typer.Option(help="--no-create: the topics are created by an admin (listed first)."),
+    ] = True,
+) -> None:
+    """Print the kafka-acls.sh commands that grant a worker with these
+    settings what it needs, and nothing more."""
+    from seqkeeper.permissions import internal_topics, principal_of, worker_grants
+
+    settings = settings_of(bootstrap=broker, app_id=app_id, topology=topology)
+    user = principal or principal_of(settings)
+    bootstrap = settings.broker.bootstrap or "BOOTSTRAP"
+    if not create:
+        typer.echo("# create these topics as an admin first (the changelog compacted):")
+        for topic in [*settings.topics(), *internal_topics(settings)]:
+            typer.echo(f"#   {topic}")
+    for grant in worker_grants(settings, create=create, reply_topics=reply_topic or ()):
+        typer.echo(grant.command(user, bootstrap))
+
+
+@app.command()
 def compact(
     broker: Annotated[
         str, typer.Option("--broker", "-b", help="Kafka bootstrap servers of the workers.")

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from aiokafka.errors import TopicAlreadyExistsError
+from aiokafka.errors import TopicAlreadyExistsError, for_code
 
 from seqkeeper.adapter.offsets import high_watermarks, partitions_of
 from seqkeeper.security import kafka_options
@@ -56,8 +55,19 @@ async def create_topics(
         existing = set(await admin.list_topics())
         new = [NewTopic(n, partitions, replication) for n in wanted if n not in existing]
         if new:
-            with contextlib.suppress(TopicAlreadyExistsError):  # a racing creator
-                await admin.create_topics(new)
+            # aiokafka returns the per-topic errors without raising them: a
+            # denied topic would otherwise be waited for until ``timeout``;
+            # TOPIC_ALREADY_EXISTS is a racing creator
+            answer = await admin.create_topics(new)
+            for name, code, *rest in answer.topic_errors:
+                if code not in (0, TopicAlreadyExistsError.errno):
+                    error = for_code(code)
+                    raise TopicsNotCreated(
+                        f"the broker at {bootstrap} refused to create topic {name!r}: "
+                        f"{getattr(error, 'message', error.__name__)}"
+                        f"{': ' + rest[0] if rest and rest[0] else ''}; create it as an admin, "
+                        "or grant Create on it"
+                    )
         await wait_for_leaders(admin, wanted, timeout)
     finally:
         await admin.close()
@@ -84,6 +94,10 @@ async def wait_for_replicas(topics: list[str], bootstrap: str, timeout: float) -
         await consumer.end_offsets(tps)
     finally:
         await consumer.stop()
+
+
+class TopicsNotCreated(RuntimeError):
+    """The broker refused to create a topic (an ACL, a policy, a bad setting)."""
 
 
 class TopicsNotReady(RuntimeError):

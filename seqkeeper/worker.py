@@ -24,12 +24,13 @@ from seqkeeper.broker import (
     free_port,
     port_is_free,
 )
+from seqkeeper.permissions import PermissionDenied, check_access, check_topics
 from seqkeeper.plugins import PluginError, load_codec, load_processor, load_registry
 from seqkeeper.processors.command import Registry
 from seqkeeper.runtime.protocol import Wiring
 from seqkeeper.security import ClientSecurity, SecurityFailure, install
 from seqkeeper.settings import EXAMPLE_HANDLERS, VARS, SettingError, Settings
-from seqkeeper.topics import create_topics
+from seqkeeper.topics import TopicsNotCreated, create_topics
 from seqkeeper.wait import BrokerUnreachable, broker_answers, wait_for_broker
 
 if TYPE_CHECKING:
@@ -236,18 +237,22 @@ def await_broker_and_topics(settings: Settings) -> None:
 
     async def attempt() -> None:
         await broker_answers(settings.broker.bootstrap)
+        # metadata first: with every topic created by an admin, no
+        # CreateTopics is sent, and the user needs no Create ACL
+        await check_topics(settings)
         await create_topics(
             settings.broker.bootstrap,
             settings.topics(),
             settings.broker.partitions,
             settings.broker.replication,
         )
+        await check_access(settings)
 
     try:
         asyncio.run(
             wait_for_broker(settings.broker.bootstrap, settings.broker.broker_wait, attempt)
         )
-    except (BrokerUnreachable, SecurityFailure) as exc:
+    except (BrokerUnreachable, SecurityFailure, PermissionDenied, TopicsNotCreated) as exc:
         print(f"error: {exc}", file=sys.stderr, flush=True)
         raise SystemExit(1) from None
     except KeyboardInterrupt:

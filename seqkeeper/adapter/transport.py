@@ -8,6 +8,7 @@ from faust.transport.drivers import aiokafka as faust_aiokafka
 
 from seqkeeper.adapter.batches import BatchFetchConsumer
 from seqkeeper.adapter.commit import CommitHookConsumer
+from seqkeeper.adapter.declare import DeclareExistingTransport
 from seqkeeper.adapter.getmany import SnapshotGetmanyConsumer
 from seqkeeper.adapter.highwater import HighwaterThread
 from seqkeeper.adapter.options import OptionsThread
@@ -27,5 +28,7 @@ class Consumer(CommitHookConsumer, SnapshotGetmanyConsumer, BatchFetchConsumer):
         return ConsumerThread(self, loop=self.loop, beacon=self.beacon)
 
 
-class Transport(faust_aiokafka.Transport):
+class Transport(DeclareExistingTransport):
+    """Faust's transport: our consumer, and topics declared only when missing."""
+
     Consumer = Consumer

@@ -1,0 +1,215 @@
+"""The ACLs a worker needs, as ``kafka-acls.sh`` commands, and the check
+the worker makes at start, before Faust: a permission missing is one line
+naming the operation, the resource and the command that grants it, and
+exit 1 (not a traceback, not a hang in Faust's retries).
+
+The list is the least a worker of each topology needs with Kafka's
+StandardAuthorizer (Read and Write imply Describe):
+
+* its input topic: Read; its output topics: Write;
+* topics prefixed ``G-`` (``G`` the group id, :attr:`Settings.group_id`):
+  Read and Write, for Faust's changelog ``G-<table>-changelog``, its leader
+  topic ``G-__assignor-__leader`` and the repartition topic
+  ``G-<input>-repartition``;
+* consumer group ``G`` (and ``G-repartition`` with a key field): Read;
+* transactional ids prefixed ``G-``: Write (``exactly_once``: one id per
+  input partition, ``G-<input>-<p>``, and the probe ``G-probe``);
+* the command worker: Write on every ``replyTo`` topic its clients name;
+* Create on its own topics and the ``G-`` prefix, unless an admin created
+  them all (:func:`internal_topics` names Faust's): the worker sends
+  CreateTopics only for topics the metadata does not show.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.errors import TopicAuthorizationFailedError
+
+from seqkeeper.adapter.permissions import (
+    TOPIC_AUTHORIZATION_FAILED,
+    client_of,
+    group_operations,
+    may_write,
+    topic_errors,
+)
+from seqkeeper.security import kafka_options
+from seqkeeper.settings import Settings
+
+UNKNOWN_TOPIC_OR_PARTITION = 3
+CLUSTER_AUTHORIZATION_FAILED = 31
+
+
+@dataclass(frozen=True, slots=True)
+class Grant:
+    """One ``kafka-acls.sh --add``: ``operations`` on the resources ``names``
+    of one kind (``topic``, ``group``, ``transactional-id``), literal or by
+    prefix."""
+
+    operations: tuple[str, ...]
+    kind: str
+    names: tuple[str, ...]
+    prefixed: bool = False
+
+    def command(self, principal: str, bootstrap: str = "BOOTSTRAP") -> str:
+        """The ``kafka-acls.sh`` command, run as an admin (``admin.properties``)."""
+        ops = " ".join(f"--operation {o}" for o in self.operations)
+        names = " ".join(f"--{self.kind} {n}" for n in self.names)
+        pattern = " --resource-pattern-type prefixed" if self.prefixed else ""
+        return (
+            f"kafka-acls.sh --bootstrap-server {bootstrap} --command-config admin.properties "
+            f"--add --allow-principal User:{principal} {ops}{pattern} {names}"
+        )
+
+
+def internal_topics(settings: Settings) -> list[str]:
+    """The topics Faust declares itself, all prefixed ``G-``: the table's
+    changelog and the leader assignor's topic."""
+    g = settings.group_id
+    table = "commands" if settings.runtime.topology == "commands" else "state"
+    return [f"{g}-{table}-changelog", f"{g}-__assignor-__leader"]
+
+
+def read_topics(settings: Settings) -> list[str]:
+    """The worker's topics it reads (beside its ``G-`` topics)."""
+    if settings.runtime.topology == "commands":
+        return [settings.commands.command_topic]
+    return [settings.ordered.input_topic]
+
+
+def written_topics(settings: Settings) -> list[str]:
+    """The worker's topics it writes (beside its ``G-`` topics and reply topics)."""
+    read = set(read_topics(settings))
+    prefix = f"{settings.group_id}-"
+    return [t for t in settings.topics() if t not in read and not t.startswith(prefix)]
+
+
+def groups(settings: Settings) -> list[str]:
+    """The worker's consumer groups."""
+    extra = [f"{settings.group_id}-repartition"] if settings.repartition_topic() else []
+    return [settings.group_id, *extra]
+
+
+def worker_grants(
+    settings: Settings, *, create: bool = True, reply_topics: Sequence[str] = ()
+) -> list[Grant]:
+    """The ACLs a worker with ``settings`` needs; ``create=False``: with
+    every topic (:meth:`Settings.topics` and :func:`internal_topics`)
+    created beforehand by an admin."""
+    g = settings.group_id
+    grants = [
+        Grant(("Read",), "topic", tuple(read_topics(settings))),
+        Grant(("Write",), "topic", tuple(written_topics(settings))),
+        Grant(("Read", "Write"), "topic", (f"{g}-",), prefixed=True),
+        Grant(("Read",), "group", tuple(groups(settings))),
+        Grant(("Write",), "transactional-id", (f"{g}-",), prefixed=True),
+    ]
+    if reply_topics:
+        grants.append(Grant(("Write",), "topic", tuple(reply_topics)))
+    if create:
+        own = tuple(t for t in settings.topics() if not t.startswith(f"{g}-"))
+        grants += [
+            Grant(("Create",), "topic", own),
+            Grant(("Create",), "topic", (f"{g}-",), prefixed=True),
+        ]
+    return grants
+
+
+def principal_of(settings: Settings) -> str:
+    """The user the broker authorizes: the SASL user, else ANONYMOUS."""
+    return settings.security.sasl_username or "ANONYMOUS"
+
+
+class PermissionDenied(RuntimeError):
+    """The broker denies the worker an operation it needs: the message, one
+    line, names the user, the operation, the resource and the grant."""
+
+
+def denied(
+    settings: Settings, operation: str, kind: str, name: str, answer: str
+) -> PermissionDenied:
+    """The refusal of ``operation`` on ``kind`` ``name``, and its grant (by
+    prefix for the worker's ``G-`` resources)."""
+    user = principal_of(settings)
+    prefix = f"{settings.group_id}-"
+    prefixed = kind != "group" and name.startswith(prefix)
+    grant = Grant((operation,), kind, (prefix if prefixed else name,), prefixed)
+    what = f"{kind} prefix {prefix!r} ({name!r})" if prefixed else f"{kind} {name!r}"
+    return PermissionDenied(
+        f"user {user!r} may not {operation} {what} ({answer}): grant it with "
+        + grant.command(user, settings.broker.bootstrap)
+    )
+
+
+async def check_topics(settings: Settings) -> None:
+    """Before any CreateTopics: every topic of the worker and of Faust is
+    visible (Describe), and each one missing may be created (a CreateTopics
+    with ``validate_only``, which creates nothing)."""
+    wanted = [*settings.topics(), *internal_topics(settings)]
+    admin = AIOKafkaAdminClient(bootstrap_servers=settings.broker.bootstrap, **kafka_options())
+    try:
+        await admin.start()
+        missing = []
+        errors = await topic_errors(client_of(admin), wanted)
+        for topic in wanted:
+            code = errors.get(topic, UNKNOWN_TOPIC_OR_PARTITION)
+            if code == TOPIC_AUTHORIZATION_FAILED:
+                # (Read and Write imply Describe: the grant names the one needed)
+                op = "Read" if topic in read_topics(settings) else "Write"
+                raise denied(settings, op, "topic", topic, "TOPIC_AUTHORIZATION_FAILED")
+            if code == UNKNOWN_TOPIC_OR_PARTITION:
+                missing.append(topic)
+        if missing:
+            partitions, replication = settings.broker.partitions, settings.broker.replication
+            answer = await admin.create_topics(
+                [NewTopic(t, partitions, replication) for t in missing], validate_only=True
+            )
+            refused = {name: code for name, code, *_ in answer.topic_errors}
+            for name in missing:  # (in the order of the settings, not of the answer)
+                if refused.get(name) in (TOPIC_AUTHORIZATION_FAILED, CLUSTER_AUTHORIZATION_FAILED):
+                    raise denied(settings, "Create", "topic", name, "TOPIC_AUTHORIZATION_FAILED")
+    finally:
+        await admin.close()
+
+
+async def check_access(settings: Settings) -> None:
+    """Once the topics exist: Read on the groups, Read on the topics read,
+    Write on the topics written (probes that neither join a group nor
+    append a record)."""
+    bootstrap = settings.broker.bootstrap
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap, **kafka_options(), enable_auto_commit=False
+    )
+    try:
+        await consumer.start()
+        client = client_of(consumer)
+        for group in groups(settings):
+            ops = await group_operations(client, group)
+            if ops is None or "Read" not in ops:
+                raise denied(settings, "Read", "group", group, "GROUP_AUTHORIZATION_FAILED")
+        await _check_reads(settings, consumer, read_topics(settings))
+        cluster = await client.fetch_all_metadata()  # (Faust's topics may not exist yet)
+        for topic in [*written_topics(settings), *internal_topics(settings)]:
+            leader = cluster.leader_for_partition(TopicPartition(topic, 0))
+            if leader is not None and not await may_write(client, leader, topic, 0):
+                raise denied(settings, "Write", "topic", topic, "TOPIC_AUTHORIZATION_FAILED")
+    finally:
+        await consumer.stop()
+
+
+async def _check_reads(
+    settings: Settings, consumer: AIOKafkaConsumer, topics: Iterable[str]
+) -> None:
+    """A Fetch from the end of partition 0 of each topic (no group)."""
+    for topic in topics:
+        tp = TopicPartition(topic, 0)
+        consumer.assign([tp])
+        await consumer.seek_to_end(tp)
+        try:
+            await asyncio.wait_for(consumer.getmany(tp, timeout_ms=300), 30)
+        except TopicAuthorizationFailedError:
+            raise denied(settings, "Read", "topic", topic, "TOPIC_AUTHORIZATION_FAILED") from None
