@@ -6,18 +6,19 @@ client certificate, or with a key file that cannot be read, the worker and
 
 from __future__ import annotations
 
-import asyncio
 import os
 from pathlib import Path
 
 import pytest
 
-from seqkeeper.demo import publish, wait_until_verified
 from seqkeeper.settings import Settings
-from seqkeeper.topics import create_topics
-from seqkeeper.verification.workload import generate
-from seqkeeper.worker import WorkerProcess
-from tests.security.test_secured_kafka import error_lines, failed_worker, run_cli, verify_args
+from tests.security.test_secured_kafka import (
+    error_lines,
+    failed_worker,
+    run_cli,
+    verify_args,
+    worker_and_verify,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -25,26 +26,8 @@ pytestmark = pytest.mark.integration
 def test_the_worker_and_verify_over_mtls(mtls_settings: Settings, secured_logs: Path) -> None:
     settings = mtls_settings
     assert settings.security.security_protocol == "SSL" and not settings.security.sasl_username
-    w = generate(messages=300, keys=8, malformed=2, seed=11)
-    asyncio.run(create_topics(settings.broker.bootstrap, settings.topics(), 2))
-    asyncio.run(publish(settings.broker.bootstrap, settings.ordered.input_topic, w.records))
-    worker = WorkerProcess(settings, secured_logs / "worker-mtls.log").start()
-    try:
-        report = asyncio.run(wait_until_verified(settings, timeout=120, worker=worker))
-        assert report.ok, [(c.name, c.count, c.detail) for c in report.failures()]
-        assert report.ordered_records > 0
-    finally:
-        code = worker.stop()
-    log = worker.log()
-    assert code == 0, log[-3000:]
-    # the certificate's principal (User:admin) may use transactions too
-    assert "exactly_once" in log, log[-3000:]
-    done = run_cli(
-        [*verify_args(settings), "--isolation", "read_committed"],
-        {**os.environ, **settings.to_env()},
-        secured_logs / "verify-mtls.log",
-    )
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    # (the certificate's principal, User:admin, may use transactions too)
+    worker_and_verify(settings, secured_logs, "-mtls", {**os.environ, **settings.to_env()})
 
 
 def test_without_a_client_certificate_fails_fast_with_one_line(

@@ -79,14 +79,13 @@ def error_lines(text: str) -> list[str]:
     return [line for line in text.splitlines() if line.startswith("error:")]
 
 
-def test_the_worker_and_verify_over_sasl_ssl(
-    secured_settings: Settings, secured_logs: Path
-) -> None:
-    settings = secured_settings
+def worker_and_verify(settings: Settings, logs: Path, tag: str, env: dict[str, str]) -> None:
+    """A worker processes a small workload over ``settings``' listener (exactly_once:
+    the transactional producers connect too), then ``verify`` passes read_committed."""
     w = generate(messages=600, keys=12, malformed=3, seed=5)
     asyncio.run(create_topics(settings.broker.bootstrap, settings.topics(), 2))
     asyncio.run(publish(settings.broker.bootstrap, settings.ordered.input_topic, w.records))
-    worker = WorkerProcess(settings, secured_logs / "worker.log").start()
+    worker = WorkerProcess(settings, logs / f"worker{tag}.log").start()
     try:
         report = asyncio.run(wait_until_verified(settings, timeout=120, worker=worker))
         assert report.ok, [(c.name, c.count, c.detail) for c in report.failures()]
@@ -95,14 +94,17 @@ def test_the_worker_and_verify_over_sasl_ssl(
         code = worker.stop()
     log = worker.log()
     assert code == 0, log[-3000:]
-    # Apache Kafka has transactions: the transactional producers connect too
     assert "exactly_once" in log, log[-3000:]
     done = run_cli(
-        [*verify_args(settings), "--isolation", "read_committed"],
-        dict(os.environ),
-        secured_logs / "verify.log",
+        [*verify_args(settings), "--isolation", "read_committed"], env, logs / f"verify{tag}.log"
     )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+
+
+def test_the_worker_and_verify_over_sasl_ssl(
+    secured_settings: Settings, secured_logs: Path
+) -> None:
+    worker_and_verify(secured_settings, secured_logs, "", dict(os.environ))
 
 
 def test_a_wrong_password_fails_fast_with_one_line(
