@@ -34,7 +34,7 @@ from seqkeeper.topics import TopicsNotCreated, create_topics
 from seqkeeper.wait import BrokerUnreachable, broker_answers, wait_for_broker
 
 if TYPE_CHECKING:
-    from seqkeeper.runtime.task import LocalState
+    from seqkeeper.runtime.task import LocalState, Member
 
 _local: list[LocalBroker] = []
 
@@ -167,27 +167,43 @@ def run_worker(settings: Settings) -> None:
         local.close_cleanly()
 
 
-def remove_previous_members(settings: Settings, members: dict[str, str]) -> None:
-    """Remove the members a worker killed on this data directory left in
-    its groups (:mod:`seqkeeper.adapter.membership`), so that the new one
-    need not wait for their sessions to expire; a failure only costs that
-    wait."""
-    from seqkeeper.adapter.membership import remove_member
+def remove_previous_members(settings: Settings, members: dict[str, Member]) -> None:
+    """Take the place of the members a worker killed on this data directory
+    left in its groups (:mod:`seqkeeper.adapter.membership`), so that the
+    new one need not wait for their sessions to expire: a member that had
+    joined is removed (a LeaveGroup on its behalf; a failure only costs that
+    wait), one whose join never completed is joined as."""
+    from seqkeeper.adapter.membership import join_as, remove_member
 
     for group, member in members.items():
+        if not member.joined:
+            join_as(group, member.id)
+            print(
+                f"joining group {group!r} as the previous worker's member {member.id} "
+                "(its join did not complete)",
+                flush=True,
+            )
+            continue
         try:
-            removed = asyncio.run(remove_member(settings.broker.bootstrap, group, member))
+            removed = asyncio.run(remove_member(settings.broker.bootstrap, group, member.id))
         except Exception as exc:  # noqa: BLE001 - the restart goes on without it
             print(
-                f"could not remove the previous worker's member {member} from group {group!r} "
-                f"({type(exc).__name__}: {exc}): the group waits for its session to expire",
+                f"could not remove the previous worker's member {member.id} from group "
+                f"{group!r} ({type(exc).__name__}: {exc}): the group waits for its session "
+                "to expire",
                 flush=True,
             )
             continue
         if removed:
-            print(f"removed the previous worker's member {member} from group {group!r}", flush=True)
+            print(
+                f"removed the previous worker's member {member.id} from group {group!r}",
+                flush=True,
+            )
         else:
-            print(f"the previous worker's member {member} had already left group {group!r}", flush=True)
+            print(
+                f"the previous worker's member {member.id} had already left group {group!r}",
+                flush=True,
+            )
 
 
 def keep_member_ids(settings: Settings, local: LocalState) -> None:

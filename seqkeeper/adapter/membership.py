@@ -20,10 +20,13 @@ producer of the new assignment fences what it was doing.
 The worker learns its member id as the coordinator gives it: the first
 JoinGroup answers with the id and ``MEMBER_ID_REQUIRED`` (KIP-394), and from
 then on the coordinator counts that member in, so a worker killed before
-its join completed leaves one behind too. aiokafka keeps the id in
-``GroupCoordinator.member_id``, which has no hook: :func:`tell_member_ids`
-makes the consumer's coordinator a subclass whose ``member_id`` tells a
-listener each new value.
+its join completed leaves one behind too. The restart joins as that member
+(:func:`join_as`) rather than removing it: the embedded broker keeps such a
+member after a LeaveGroup and would rebalance again when its session
+expires. aiokafka keeps the id in ``GroupCoordinator.member_id`` and the
+join's generation in ``.generation``, which have no hook:
+:func:`tell_member_ids` makes the consumer's coordinator a subclass whose
+attributes tell a listener each new value.
 
 Private members: none (``aiokafka.consumer.consumer.GroupCoordinator``, the
 class the consumer instantiates, is replaced module-wide; the subclass
@@ -33,6 +36,7 @@ changes nothing for a group without a listener).
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from aiokafka import errors
 from aiokafka.client import AIOKafkaClient, ConnectionGroup, CoordinationType
@@ -47,13 +51,30 @@ from seqkeeper.security import kafka_options
 REMOVE_TIMEOUT_MS = 5000
 
 
-#: Listeners of new member ids, by group id.
-_listeners: dict[str, Callable[[str], None]] = {}
+#: Listeners of new member ids, by group id: called with the id and whether
+#: its join completed.
+_listeners: dict[str, Callable[[str, bool], None]] = {}
+#: Member ids to join with, by group id (:func:`join_as`).
+_inherited: dict[str, str] = {}
 
 
 class TellingCoordinator(GroupCoordinator):  # type: ignore[misc]
     """aiokafka's group coordinator, telling its group's listener (if any)
-    each member id the coordinator gives it, as soon as it is given."""
+    each member id the coordinator gives it, as soon as it is given, and
+    once more when a join with it completed (a generation was assigned)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # (before the coordination task's first step: the first JoinGroup)
+        inherited = _inherited.pop(self.group_id, None)
+        if inherited:
+            self._told_member_id = inherited
+
+    def _tell(self, joined: bool) -> None:
+        listener = _listeners.get(getattr(self, "group_id", None) or "")
+        member = getattr(self, "_told_member_id", "")
+        if listener is not None and member:
+            listener(member, joined)
 
     @property
     def member_id(self) -> str:
@@ -62,15 +83,36 @@ class TellingCoordinator(GroupCoordinator):  # type: ignore[misc]
     @member_id.setter
     def member_id(self, value: str) -> None:
         self._told_member_id = value
-        listener = _listeners.get(getattr(self, "group_id", None) or "")
-        if listener is not None and value:
-            listener(value)
+        self._tell(joined=False)
+
+    @property
+    def generation(self) -> int:
+        return self._told_generation
+
+    @generation.setter
+    def generation(self, value: int) -> None:
+        self._told_generation = value
+        if value >= 0:  # (-1: none; the embedded broker's first is 0)
+            self._tell(joined=True)
 
 
-def tell_member_ids(group: str, listener: Callable[[str], None]) -> None:
+def tell_member_ids(group: str, listener: Callable[[str, bool], None]) -> None:
     """Call ``listener`` with each member id a consumer of ``group`` in this
-    process is given (its first JoinGroup's answer and any later one)."""
+    process is given (its first JoinGroup's answer and any later one), and
+    whether a join with it completed."""
     _listeners[group] = listener
+    aiokafka_consumer.GroupCoordinator = TellingCoordinator
+
+
+def join_as(group: str, member: str) -> None:
+    """The next consumer of ``group`` in this process sends its first
+    JoinGroup with ``member``: the id a previous worker was given but whose
+    join it never completed. The coordinator counts such a member in until
+    its session expires (the embedded broker even after a LeaveGroup), and
+    takes this JoinGroup for that member's own second one (KIP-394); an id
+    it no longer knows is answered ``UNKNOWN_MEMBER_ID``, and aiokafka joins
+    afresh."""
+    _inherited[group] = member
     aiokafka_consumer.GroupCoordinator = TellingCoordinator
 
 

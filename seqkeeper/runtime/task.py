@@ -60,7 +60,7 @@ import logging
 import os
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from seqkeeper.adapter.transactions import Fenced, TransactionFailed
 from seqkeeper.runtime.protocol import Batch, Positions, Topology
@@ -384,23 +384,35 @@ class Task:
 #: In the data directory: exists while a worker runs on it.
 MARKER = "worker.running"
 #: In the data directory: the member id its worker was last given in each
-#: of its consumer groups, a line ``group<TAB>member`` each.
+#: of its consumer groups, a line ``group<TAB>member<TAB>joined|given`` each.
 MEMBERS = "group.members"
 
 
-def read_members(path: Path) -> dict[str, str]:
-    """The ``group -> member id`` lines of ``path`` (none if unreadable)."""
+class Member(NamedTuple):
+    """A consumer group member id, and whether a join with it completed."""
+
+    id: str
+    joined: bool
+
+
+def read_members(path: Path) -> dict[str, Member]:
+    """The members kept in ``path``, by group (none if unreadable)."""
     try:
         text = path.read_text()
     except OSError:
         return {}
-    return dict(line.split("\t", 1) for line in text.splitlines() if "\t" in line)
+    members = {}
+    for line in text.splitlines():
+        group, member, state = (line.split("\t") + ["", ""])[:3]
+        if group and member:
+            members[group] = Member(member, state == "joined")
+    return members
 
 
-def previous_members(data_dir: Path) -> dict[str, str]:
-    """After an unclean stop, the member id the previous worker on
-    ``data_dir`` had in each consumer group (the coordinator may count it
-    in until its session expires); none after a clean stop, which left."""
+def previous_members(data_dir: Path) -> dict[str, Member]:
+    """After an unclean stop, the member the previous worker on ``data_dir``
+    had in each consumer group (the coordinator may count it in until its
+    session expires); none after a clean stop, which left."""
     if not (data_dir / MARKER).exists():
         return {}
     return read_members(data_dir / MEMBERS)
@@ -427,14 +439,21 @@ class LocalState:
         self._members = read_members(self.members)
         self.tabledir = tabledir
 
-    def remember_member(self, group: str, member_id: str) -> None:
-        """Keep the member id the worker was given in ``group``, for the
-        next start after an unclean stop (written only when it changes)."""
-        if not member_id or self._members.get(group) == member_id:
+    def remember_member(self, group: str, member_id: str, joined: bool) -> None:
+        """Keep the member id the worker was given in ``group`` and whether
+        its join completed, for the next start after an unclean stop
+        (written only when that changes)."""
+        kept = self._members.get(group)
+        if not member_id or (kept is not None and kept.id == member_id and kept.joined >= joined):
             return
-        self._members[group] = member_id
+        self._members[group] = Member(member_id, joined)
         fresh = self.members.with_suffix(".new")
-        fresh.write_text("".join(f"{g}\t{m}\n" for g, m in sorted(self._members.items())))
+        fresh.write_text(
+            "".join(
+                f"{g}\t{m.id}\t{'joined' if m.joined else 'given'}\n"
+                for g, m in sorted(self._members.items())
+            )
+        )
         fresh.replace(self.members)  # (a kill -9 leaves the old ids or the new)
 
     def open(self, say: Callable[[str], None]) -> concurrent.futures.Future[None]:

@@ -118,9 +118,10 @@ def test_a_restart_after_kill_9_removes_the_dead_member_from_the_group(
     kept = settings.runtime.data_dir / "group.members"
 
     def members_of(worker: WorkerProcess, old: dict[str, str]) -> dict[str, str]:
+        """The member ids of ``worker``'s completed joins, once it has one in each group."""
         deadline = time.monotonic() + 60
         while True:  # (the repartition stage joins beside the worker)
-            now = read_members(kept)
+            now = {g: m.id for g, m in read_members(kept).items() if m.joined}
             if all(now.get(g) not in (None, old.get(g)) for g in groups):
                 return now
             worker.check_alive()
@@ -159,20 +160,19 @@ def test_a_restart_after_kill_9_removes_the_dead_member_from_the_group(
         assert third.stop() == 0
 
 
-def test_a_worker_killed_before_its_join_completed_is_removed_too(
+def test_a_worker_killed_before_its_join_completed_is_joined_as(
     make_settings, tmp_path, broker: Broker
 ) -> None:
     """The member id is kept as the coordinator gives it (the first
     JoinGroup's answer), not once the join completed: a worker killed in
-    between leaves a member the coordinator waits for, and the restart
-    removes that one. On the embedded broker a join takes half the session
-    (10 s here), so the kill lands inside it; Apache Kafka may complete the
-    join first, and then the id is the same.
-
-    Pinned deviation of the embedded broker (its deviation 4): a member
-    whose join did not complete stays in its rebalance bookkeeping after the
-    LeaveGroup, so the restart joins, then joins again once that member's
-    session expired. Apache Kafka drops it with the LeaveGroup."""
+    between leaves a member the coordinator counts in until its session
+    expires, and the restart joins as that member (its second JoinGroup,
+    KIP-394). The group then rebalances once: a LeaveGroup would not do on
+    the embedded broker, which keeps such a member (its deviation 4) and
+    rebalanced again when the member's session expired. On the embedded
+    broker a join takes half the session (10 s here), so the kill lands
+    inside it; Apache Kafka may complete the join first, and then the dead
+    member is removed instead."""
     settings = make_settings(session_timeout=20.0)
     asyncio.run(
         create_topics(settings.broker.bootstrap, settings.topics(), settings.broker.partitions)
@@ -184,19 +184,22 @@ def test_a_worker_killed_before_its_join_completed_is_removed_too(
         first.check_alive()
         assert time.monotonic() < deadline, first.log()[-3000:]
         time.sleep(0.02)
-    given = read_members(kept)[settings.group_id]
     first.kill()
+    given = read_members(kept)[settings.group_id]
     if broker.is_tansu:
-        assert "Joined group" not in first.log()  # (killed inside the join)
+        assert "Joined group" not in first.log() and not given.joined  # (inside the join)
     second = WorkerProcess(settings, tmp_path / "second.log").start()
     try:
         second.wait_ready()
         log = second.log()
-        assert f"removed the previous worker's member {given}" in log, log[-3000:]
-        joins = log.count("Joined group")
-        if broker.is_tansu:  # (if this fails, the broker was fixed)
-            assert joins == 2, log[-3000:]
-        else:  # the group did not wait for the dead member, then rebalance
-            assert joins == 1, log[-3000:]
+        if given.joined:
+            assert f"removed the previous worker's member {given.id}" in log, log[-3000:]
+        else:
+            line = f"joining group {settings.group_id!r} as the previous worker's member {given.id}"
+            assert line in log, log[-3000:]
+            assert f"Joined group {settings.group_id!r} (generation" in log
+            assert f"with member_id {given.id}" in log, log[-3000:]
+        # the group did not wait for the dead member, then rebalance
+        assert log.count("Joined group") == 1, log[-3000:]
     finally:
         assert second.stop() == 0
