@@ -12,6 +12,8 @@ import random
 
 from aiokafka import AIOKafkaProducer
 
+from seqkeeper.security import kafka_options
+
 #: The postings per account, in sequence order (seq 1, 2, ...).
 POSTINGS = {
     "alice": [100, -30, -80, 50, -60],  # seq 3 would overdraw: rejected
@@ -54,7 +56,10 @@ def expected_outputs() -> int:
 async def send(bootstrap: str, topic: str) -> int:
     """Send the records; returns how many were sent."""
     sent = records()
-    async with AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all") as producer:
+    # kafka_options(): TLS and SASL as the SEQKEEPER_SECURITY_* variables say.
+    async with AIOKafkaProducer(
+        bootstrap_servers=bootstrap, **kafka_options(), acks="all"
+    ) as producer:
         for key, value in sent:
             await producer.send_and_wait(topic, value, key=key)
     return len(sent)

@@ -12,6 +12,8 @@ import time
 
 from aiokafka import AIOKafkaConsumer
 
+from seqkeeper.security import kafka_options
+
 
 async def collect(
     bootstrap: str,
@@ -24,8 +26,13 @@ async def collect(
     or (without ``expect``) until none came for ``quiet`` seconds; at most
     ``timeout`` seconds."""
     # No consumer group: every partition from the beginning, nothing committed.
+    # kafka_options(): TLS and SASL as the SEQKEEPER_SECURITY_* variables say.
     consumer = AIOKafkaConsumer(
-        topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest", enable_auto_commit=False
+        topic,
+        bootstrap_servers=bootstrap,
+        **kafka_options(),
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
     )
     outputs: dict[str, dict] = {}
     await consumer.start()
