@@ -260,6 +260,7 @@ def test_titles_are_the_scenarios_own() -> None:
 
 
 @pytest.mark.integration
+@pytest.mark.timeout(1200)  # (twelve scenarios, each a minute or so on Apache Kafka)
 def test_every_scenario_passes_short(broker, tmp_path, make_settings) -> None:
     runner = Chaos(make_settings(session_timeout=6.0), tmp_path, SHORT, local=broker.local, seed=3)
     outcomes = {o.scenario: o for o in runner.run(list(SCENARIOS))}
