@@ -146,7 +146,7 @@ def run_worker(settings: Settings) -> None:
             settings = settings.with_overrides(web_port=web_port_for(settings))
         await_broker_and_topics(settings)
         settings = choose_guarantee(settings, embedded=isinstance(current_local(), EmbeddedBroker))
-        remove_previous_members(settings, previous_members(settings.runtime.data_dir))
+        take_over_previous_members(settings, previous_members(settings.runtime.data_dir))
         app, task = build_app(settings, wiring(settings), beside=repartitioner(settings, codec))
         local = LocalState(settings.runtime.data_dir, Path(app.conf.tabledir))
         app.local_state_check = local.open(lambda line: print(line, flush=True))
@@ -167,7 +167,7 @@ def run_worker(settings: Settings) -> None:
         local.close_cleanly()
 
 
-def remove_previous_members(settings: Settings, members: dict[str, Member]) -> None:
+def take_over_previous_members(settings: Settings, members: dict[str, Member]) -> None:
     """Take the place of the members a worker killed on this data directory
     left in its groups (:mod:`seqkeeper.adapter.membership`), so that the
     new one need not wait for their sessions to expire: a member that had
@@ -208,7 +208,7 @@ def remove_previous_members(settings: Settings, members: dict[str, Member]) -> N
 
 def keep_member_ids(settings: Settings, local: LocalState) -> None:
     """Keep each member id the worker's consumers are given in its data
-    directory, as it is given (for :func:`remove_previous_members`): in the
+    directory, as it is given (for :func:`take_over_previous_members`): in the
     worker's group unless it is a static member (its instance id makes the
     restart take its place), and in the repartition stage's group."""
     from seqkeeper.adapter.membership import tell_member_ids
