@@ -79,6 +79,18 @@ def error_lines(text: str) -> list[str]:
     return [line for line in text.splitlines() if line.startswith("error:")]
 
 
+def worker_error(settings: Settings, log: Path, code: int | None = 1) -> tuple[str, str]:
+    """Run a worker that must fail fast (within 60 s, not the broker wait of
+    30 s and more) with exit ``code`` (None: any but 0), no traceback and one
+    ``error:`` line: that line, and the log."""
+    got, text, took = failed_worker(settings, log)
+    assert (got == code if code is not None else got != 0), (got, text[-3000:])
+    assert took < 60, took
+    assert "Traceback" not in text, text[-3000:]
+    [line] = error_lines(text)
+    return line, text
+
+
 def worker_and_verify(settings: Settings, logs: Path, tag: str, env: dict[str, str]) -> None:
     """A worker processes a small workload over ``settings``' listener (exactly_once:
     the transactional producers connect too), then ``verify`` passes read_committed."""
@@ -111,11 +123,7 @@ def test_a_wrong_password_fails_fast_with_one_line(
     secured_settings: Settings, secured_logs: Path
 ) -> None:
     settings = secured_settings.with_overrides(sasl_password=WRONG_PASSWORD)
-    code, log, took = failed_worker(settings, secured_logs / "worker-wrong-password.log")
-    assert code == 1, log[-3000:]
-    assert took < 60, took  # not the broker wait of 30 s and more
-    assert "Traceback" not in log, log[-3000:]
-    [line] = error_lines(log)
+    line, log = worker_error(settings, secured_logs / "worker-wrong-password.log")
     assert "authentication failed" in line, line
     assert settings.broker.bootstrap in line and "SCRAM-SHA-512" in line
     assert "retrying" not in log
@@ -132,11 +140,7 @@ def test_an_untrusted_certificate_fails_fast_with_one_line(
 ) -> None:
     other = make_tls_files(tmp_path / "other-ca")  # a CA that did not sign the broker's
     settings = secured_settings.with_overrides(ssl_cafile=str(other.ca))
-    code, log, took = failed_worker(settings, secured_logs / "worker-untrusted.log")
-    assert code == 1, log[-3000:]
-    assert took < 60, took
-    assert "Traceback" not in log, log[-3000:]
-    [line] = error_lines(log)
+    line, _ = worker_error(settings, secured_logs / "worker-untrusted.log")
     assert "certificate verify failed" in line, line
 
     env = {**os.environ, **settings.to_env()}
