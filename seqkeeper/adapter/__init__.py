@@ -120,6 +120,7 @@ PRIVATE_MEMBERS: dict[str, frozenset[str]] = {
             "_get_active_partitions",
             "_is_changelog_tp",
             "_read_offset",
+            "_pending_tasks",
             "_records",
             "_seek_offsets",
             "_set_recovery_ended",

@@ -13,7 +13,8 @@ Private members: ``Consumer._get_active_partitions``, ``._committed_offset``,
 ``._seek_offsets`` (extended: where a restore starts), ``._build_offsets``
 (extended: local state outside the changelog is reset);
 ``Store._db_for_partition`` (Faust's RocksDB store);
-``AIOKafkaConsumer._fetcher._records`` (aiokafka 0.14).
+``AIOKafkaConsumer._fetcher._records``, ``._fetcher._pending_tasks``
+(aiokafka 0.14).
 """
 
 from __future__ import annotations
@@ -144,13 +145,35 @@ class PauseUnreadThread(faust_aiokafka.AIOKafkaConsumerThread):
         await self.call_thread(self._pause_unread, tps)
 
     async def _pause_unread(self, partitions: list[TopicPartition]) -> None:
-        consumer = self._ensure_consumer()
-        assigned = consumer.assignment()
-        mine = [tp for tp in partitions if tp in assigned]  # a rebalance may have begun
-        consumer.pause(*mine)
-        prefetched = consumer._fetcher._records
+        pause_and_drop(self._ensure_consumer(), partitions)
+
+
+def pause_and_drop(consumer: Any, partitions: list[TopicPartition]) -> asyncio.Future[Any] | None:
+    """Pause ``partitions`` of aiokafka's ``consumer`` that it still has and
+    drop what it fetched of them, now and from the fetches in flight.
+
+    A fetch already in flight stores its records even for a partition
+    paused meanwhile (aiokafka checks only the position); those are dropped
+    when it lands, without holding up the end of the recovery. Returns the
+    task that drops them, if any."""
+    assigned = consumer.assignment()
+    mine = [tp for tp in partitions if tp in assigned]  # a rebalance may have begun
+    consumer.pause(*mine)
+    fetcher = consumer._fetcher
+    for tp in mine:
+        fetcher._records.pop(tp, None)
+    in_flight = [task for task in fetcher._pending_tasks if not task.done()]
+    if not in_flight:
+        return None
+
+    async def drop_landed() -> None:
+        await asyncio.wait(in_flight)
+        paused = consumer.paused()  # still ours and paused: no new assignment began
         for tp in mine:
-            prefetched.pop(tp, None)
+            if tp in paused:
+                fetcher._records.pop(tp, None)
+
+    return asyncio.ensure_future(drop_landed())
 
 
 class SeekFirstRecovery(Recovery):
