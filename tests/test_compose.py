@@ -172,6 +172,20 @@ def test_containers_reach_kafka_on_an_advertised_listener() -> None:
         assert address.split(":")[0] == "kafka", f"{name}: {address!r} is not the kafka service"
 
 
+def test_published_ports_bind_to_the_host_loopback() -> None:
+    """Kafka's listener is PLAINTEXT and state queries expose message data:
+    what the compose file publishes is reachable from this host only
+    (``HOST_IP:HOST:CONTAINER``; Compose binds a port without a host IP on
+    every interface)."""
+    published = {
+        name: [str(p) for p in service.get("ports", [])] for name, service in services().items()
+    }
+    assert any(published.values()), published
+    for name, ports in published.items():
+        for port in ports:
+            assert port.startswith("127.0.0.1:") and port.count(":") == 2, (name, port)
+
+
 # The Dockerfile.
 
 
