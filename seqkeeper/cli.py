@@ -13,7 +13,7 @@ from typing import Annotated, Any, Optional
 import typer
 
 from seqkeeper.broker import EmbeddedBroker
-from seqkeeper.security import ClientSecurity, SecurityFailure, surfaced
+from seqkeeper.security import ClientSecurity, SecurityFailure, installed, surfaced
 from seqkeeper.settings import VARS, SettingError, Settings
 
 app = typer.Typer(
@@ -88,10 +88,12 @@ def check_connection(settings: Settings) -> None:
     from seqkeeper.wait import first_connection
 
     bootstrap = settings.broker.bootstrap
-    if not bootstrap or ClientSecurity.of(settings.security).protocol == "PLAINTEXT":
+    security = ClientSecurity.of(settings.security)
+    if not bootstrap or security.protocol == "PLAINTEXT":
         return
     try:
-        asyncio.run(first_connection(bootstrap))
+        with installed(security):  # the environment's, unless a caller's settings differ
+            asyncio.run(first_connection(bootstrap))
     except SecurityFailure as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(1) from None
