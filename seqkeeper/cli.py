@@ -415,6 +415,9 @@ def replay(
                 lambda total, done: bar.update(task, total=total, completed=done),
                 sealer,
             )
+    except ValueError as e:  # no audit log under the warehouse; a missing audit key
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(2) from None
     finally:
         spark.stop()
     typer.echo(f"{n} messages {'selected' if dry_run else 'published to ' + topic}")
@@ -911,7 +914,14 @@ def inspect(
             typer.echo(f"(asked the worker at {worker_url(settings)})", err=True)
     if found is None:
         check_connection(settings)
-        found = lookup(asyncio.run(load(settings)), message_id, correlation_id, tenant)
+        from seqkeeper.topics import UnknownTopic
+
+        try:
+            store = asyncio.run(load(settings))
+        except UnknownTopic as e:  # no command worker of this app id on this broker
+            typer.echo(f"error: {e}", err=True)
+            raise typer.Exit(2) from None
+        found = lookup(store, message_id, correlation_id, tenant)
     if not found:
         typer.echo("no such command in the Message Store", err=True)
         raise typer.Exit(1)
