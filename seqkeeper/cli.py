@@ -13,7 +13,7 @@ from typing import Annotated, Any, Optional
 import typer
 
 from seqkeeper.broker import EmbeddedBroker
-from seqkeeper.security import ClientSecurity, SecurityFailure, surfaced
+from seqkeeper.security import ClientSecurity, SecurityFailure, installed, surfaced
 from seqkeeper.settings import VARS, SettingError, Settings
 
 app = typer.Typer(
@@ -44,18 +44,59 @@ class Isolation(StrEnum):
     read_committed = "read_committed"
 
 
-def settings_of(**overrides: Any) -> Settings:
+def settings_of(*, connects: bool = False, **overrides: Any) -> Settings:
     """The environment's settings with the given flags; a bad value, in the
-    environment or in a flag, is one line and exit 2, not a traceback."""
+    environment or in a flag, is one line and exit 2, not a traceback.
+    ``connects``: the command connects to the broker they name, first
+    through :func:`check_connection`."""
     try:
         settings = Settings.of(**overrides)
         # how the command's clients connect (seqkeeper.security): a password
         # file or a TLS file that cannot be read is one line too
         ClientSecurity.of(settings.security).ssl_context()
-        return settings
     except SettingError as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(2) from None
+    if connects:
+        check_connection(settings)
+    return settings
+
+
+def check_connection(settings: Settings) -> None:
+    """A failed authentication or an untrusted certificate at the broker
+    of ``settings`` ends the command here: one line, exit 1.
+
+    Why a connection of its own, before the command's: aiokafka logs the
+    cause of a failed connection (``Unable connect to ...``) and raises only
+    "Unable to bootstrap". Quieting its loggers for the whole command would
+    hide what it says in normal running (a broker lost during a 15-minute
+    demo); dropping only the security records for the whole command loses
+    the cause whenever a command catches the exception itself (bench's
+    sections and chaos's scenarios each report theirs and go on, failing
+    one by one). So the first connection is this one, made as the worker's
+    first attempt is (:func:`seqkeeper.wait.first_connection`: aiokafka's
+    lines of it are kept from the output); a security failure is our one
+    line, before Spark or any worker starts. Once it succeeded, aiokafka
+    speaks as usual: a security failure later (a password changed mid-run)
+    is news, printed by aiokafka and named again by :func:`main`.
+
+    Any other failure is left to the command (it waits for the broker or
+    reports it its own way). No broker (the command starts its own) or
+    PLAINTEXT (nothing to fail): no check, and no extra connection."""
+    import asyncio
+
+    from seqkeeper.wait import first_connection
+
+    bootstrap = settings.broker.bootstrap
+    security = ClientSecurity.of(settings.security)
+    if not bootstrap or security.protocol == "PLAINTEXT":
+        return
+    try:
+        with installed(security):  # the environment's, unless a caller's settings differ
+            asyncio.run(first_connection(bootstrap))
+    except SecurityFailure as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(1) from None
 
 
 @app.command()
@@ -247,7 +288,7 @@ def compact(
     from seqkeeper.spark_sink.job import run_compact, spark_session, watch_tasks
 
     console = Console()
-    settings = settings_of(bootstrap=broker, app_id=app_id)
+    settings = settings_of(bootstrap=broker, app_id=app_id, connects=True)
     sealer = _sealer()
     if reseal and sealer is None:
         typer.echo(
@@ -358,6 +399,7 @@ def replay(
     from seqkeeper.spark_sink.replay import replay as run
 
     selection = Selection(category, stream, message_type, since, until, from_position, to_position)
+    settings_of(bootstrap=broker, connects=not dry_run)  # before Spark starts
     sealer = _sealer()
     spark = spark_session(master)
     try:
@@ -373,6 +415,9 @@ def replay(
                 lambda total, done: bar.update(task, total=total, completed=done),
                 sealer,
             )
+    except ValueError as e:  # no audit log under the warehouse; a missing audit key
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(2) from None
     finally:
         spark.stop()
     typer.echo(f"{n} messages {'selected' if dry_run else 'published to ' + topic}")
@@ -516,7 +561,7 @@ def chaos(
         raise typer.Exit(2)
     console = Console()
     scale = SHORT if short else LONG
-    settings = settings_of(bootstrap=broker)
+    settings = settings_of(bootstrap=broker, connects=True)
     with (
         broker_for(settings) as settings,
         tempfile.TemporaryDirectory(prefix="seqkeeper-chaos-") as tmp,
@@ -601,7 +646,7 @@ def bench(
         sizes = dataclasses.replace(sizes, messages=messages)
     if state_keys:
         sizes = dataclasses.replace(sizes, state_keys=state_keys)
-    settings = settings_of(bootstrap=broker)
+    settings = settings_of(bootstrap=broker, connects=True)
     if workdir:
         workdir.mkdir(parents=True, exist_ok=True)
     with (
@@ -775,7 +820,7 @@ def send(
         body = json.loads(payload)
     except ValueError as e:
         raise typer.BadParameter(f"not JSON: {e}", param_hint="--payload") from None
-    settings = settings_of(bootstrap=broker, command_topic=command_topic)
+    settings = settings_of(bootstrap=broker, command_topic=command_topic, connects=True)
     if not settings.broker.bootstrap:
         typer.echo("error: no broker: give --broker or set KAFKA_BOOTSTRAP_SERVERS", err=True)
         raise typer.Exit(2)
@@ -868,7 +913,15 @@ def inspect(
         if found is not None:
             typer.echo(f"(asked the worker at {worker_url(settings)})", err=True)
     if found is None:
-        found = lookup(asyncio.run(load(settings)), message_id, correlation_id, tenant)
+        check_connection(settings)
+        from seqkeeper.topics import UnknownTopic
+
+        try:
+            store = asyncio.run(load(settings))
+        except UnknownTopic as e:  # no command worker of this app id on this broker
+            typer.echo(f"error: {e}", err=True)
+            raise typer.Exit(2) from None
+        found = lookup(store, message_id, correlation_id, tenant)
     if not found:
         typer.echo("no such command in the Message Store", err=True)
         raise typer.Exit(1)
@@ -907,11 +960,13 @@ def demo(
     from seqkeeper.demo import DemoOptions, run_command_demo, run_demo
 
     if topology == "commands":
-        settings = settings_of(bootstrap=broker, partitions=partitions)
+        settings = settings_of(bootstrap=broker, partitions=partitions, connects=True)
         raise typer.Exit(run_command_demo(settings, commands, seed))
 
     code = run_demo(
-        settings_of(bootstrap=broker, partitions=partitions, gap_timeout=gap_timeout),
+        settings_of(
+            bootstrap=broker, partitions=partitions, gap_timeout=gap_timeout, connects=True
+        ),
         DemoOptions(
             messages=messages,
             keys=keys,

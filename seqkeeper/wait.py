@@ -23,7 +23,13 @@ import time
 from collections.abc import Awaitable, Callable, Iterator
 from typing import TypeVar
 
-from seqkeeper.security import failure, kafka_options, security_cause, watching
+from seqkeeper.security import (
+    SecurityFailure,
+    failure,
+    kafka_options,
+    security_cause,
+    watching,
+)
 from seqkeeper.settings import VARS, parse_seconds
 
 __all__ = ["parse_seconds"]
@@ -200,3 +206,21 @@ async def broker_answers(address: str, timeout: float = ATTEMPT_TIMEOUT) -> dict
     if not cluster.get("brokers"):
         raise KafkaConnectionError(f"the metadata from {address} names no broker yet")
     return cluster
+
+
+async def first_connection(address: str, timeout: float = ATTEMPT_TIMEOUT) -> BaseException | None:
+    """One attempt of :func:`wait_for_broker` at ``address``, printing
+    nothing (aiokafka's lines of it are kept from the output): raises
+    :class:`~seqkeeper.security.SecurityFailure` on a failed authentication
+    or an untrusted certificate; else None once a broker answered, or what
+    else failed, not raised (a broker that does not answer yet: whoever
+    connects next meets it, and waits or reports it in its own way)."""
+    try:
+        await wait_for_broker(
+            address, 0.0, lambda: broker_answers(address, timeout), say=lambda line: None
+        )
+    except SecurityFailure:
+        raise
+    except Exception as exc:
+        return exc
+    return None
