@@ -4,7 +4,7 @@
 commands of docs/security.md, run as they are printed) runs the ordered
 worker (exactly_once), with its repartition stage when the key is a field
 of the value, and the command worker; with every topic created by an admin
-it needs no Create; without one of them the worker exits 1 at once with
+neither needs Create; without one of them the worker exits 1 at once with
 one line naming the operation and the resource."""
 
 from __future__ import annotations
@@ -292,6 +292,19 @@ def test_the_command_worker_with_the_documented_acls(
     reply_topic = f"replies-{settings.runtime.app_id}"
     grant(secured_broker, admin_config, worker_grants(settings, reply_topics=[reply_topic]))
     run_commands(settings, reply_topic, secured_logs / "acl-commands.log")
+
+
+def test_the_command_worker_with_precreated_topics_needs_no_create_acl(
+    secured_broker: SecuredKafkaBroker, admin_config: Path, as_user: Settings, secured_logs: Path
+) -> None:
+    settings = as_user.with_overrides(topology="commands")
+    reply_topic = f"replies-{settings.runtime.app_id}"
+    precreate(settings)
+    grants = worker_grants(settings, create=False, reply_topics=[reply_topic])
+    assert not any("Create" in g.operations for g in grants)
+    grant(secured_broker, admin_config, grants)
+    text = run_commands(settings, reply_topic, secured_logs / "acl-commands-precreated.log")
+    assert "exactly_once" in text, text[-3000:]
 
 
 def without(grants: list[Grant], operation: str, kind: str, name: str) -> list[Grant]:
