@@ -253,6 +253,19 @@ def test_the_repartition_stage_with_the_documented_acls(
     run_ordered(settings, secured_logs / "acl-repartition.log")
 
 
+def command_worker(settings: Settings) -> Settings:
+    """``settings`` for the command worker, on topics named for the test
+    (the broker is the session's: on the default ``commands.in`` a second
+    test's worker would apply the first one's commands again)."""
+    tag = settings.runtime.app_id
+    return settings.with_overrides(
+        topology="commands",
+        command_topic=f"commands-{tag}",
+        events_topic=f"events-{tag}",
+        command_dlq_topic=f"commands-dlq-{tag}",
+    )
+
+
 def run_commands(settings: Settings, reply_topic: str, log: Path) -> str:
     """Nine commands through the command worker; their replies (as admin)
     come back, each applied once."""
@@ -288,7 +301,7 @@ def run_commands(settings: Settings, reply_topic: str, log: Path) -> str:
 def test_the_command_worker_with_the_documented_acls(
     secured_broker: SecuredKafkaBroker, admin_config: Path, as_user: Settings, secured_logs: Path
 ) -> None:
-    settings = as_user.with_overrides(topology="commands")
+    settings = command_worker(as_user)
     reply_topic = f"replies-{settings.runtime.app_id}"
     grant(secured_broker, admin_config, worker_grants(settings, reply_topics=[reply_topic]))
     run_commands(settings, reply_topic, secured_logs / "acl-commands.log")
@@ -297,7 +310,7 @@ def test_the_command_worker_with_the_documented_acls(
 def test_the_command_worker_with_precreated_topics_needs_no_create_acl(
     secured_broker: SecuredKafkaBroker, admin_config: Path, as_user: Settings, secured_logs: Path
 ) -> None:
-    settings = as_user.with_overrides(topology="commands")
+    settings = command_worker(as_user)
     reply_topic = f"replies-{settings.runtime.app_id}"
     precreate(settings)
     grants = worker_grants(settings, create=False, reply_topics=[reply_topic])
