@@ -37,6 +37,7 @@ from seqkeeper.adapter.permissions import (
     may_write,
     topic_errors,
 )
+from seqkeeper.runtime.repartition import group_of
 from seqkeeper.security import kafka_options
 from seqkeeper.settings import Settings
 
@@ -89,8 +90,9 @@ def written_topics(settings: Settings) -> list[str]:
 
 
 def groups(settings: Settings) -> list[str]:
-    """The worker's consumer groups."""
-    extra = [f"{settings.group_id}-repartition"] if settings.repartition_topic() else []
+    """The worker's consumer groups (the repartition stage's, named where
+    the stage names it, with a key field)."""
+    extra = [group_of(settings)] if settings.repartition_topic() else []
     return [settings.group_id, *extra]
 
 

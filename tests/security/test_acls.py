@@ -2,13 +2,15 @@
 (tests/security/conftest.py): a user granted exactly the ACLs
 :func:`seqkeeper.permissions.worker_grants` lists (the ``kafka-acls.sh``
 commands of docs/security.md, run as they are printed) runs the ordered
-worker (exactly_once) and the command worker; with every topic created by
-an admin it needs no Create; without one of them the worker exits 1 at
-once with one line naming the operation and the resource."""
+worker (exactly_once), with its repartition stage when the key is a field
+of the value, and the command worker; with every topic created by an admin
+neither needs Create; without one of them the worker exits 1 at once with
+one line naming the operation and the resource."""
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import shlex
 import subprocess
 import time
@@ -16,6 +18,7 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import orjson
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
@@ -23,9 +26,12 @@ from seqkeeper.broker import SecuredKafkaBroker
 from seqkeeper.client import CommandClient
 from seqkeeper.demo import publish, wait_until_verified
 from seqkeeper.permissions import Grant, internal_topics, worker_grants
+from seqkeeper.runtime.repartition import group_of
 from seqkeeper.security import Secret, kafka_options
 from seqkeeper.settings import Settings
-from seqkeeper.topics import create_topics
+from seqkeeper.topics import Record, TopicCache, UnknownTopic, create_topics
+from seqkeeper.verification.poll import poll
+from seqkeeper.verification.verify import Report, verify
 from seqkeeper.verification.workload import generate
 from seqkeeper.worker import WorkerProcess
 
@@ -119,15 +125,95 @@ def precreate(settings: Settings) -> None:
     asyncio.run(faust_topics())
 
 
+#: The value's field that holds the sequence key, with ``key_field``.
+FIELD = "account"
+
+
+def keyed_by_field(
+    records: list[tuple[bytes | None, bytes | None]],
+) -> list[tuple[bytes | None, bytes | None]]:
+    """The workload as producers that key by something else send it: each
+    message's key moved into its value (:data:`FIELD`) and the record keyed
+    by one of five other keys, so a key's messages spread over the
+    partitions (the malformed records as they were)."""
+    out: list[tuple[bytes | None, bytes | None]] = []
+    for i, (key, value) in enumerate(records):
+        try:
+            doc = orjson.loads(value) if value is not None else None
+        except orjson.JSONDecodeError:
+            doc = None
+        if isinstance(doc, dict) and key is not None:
+            out.append((f"other-{i % 5}".encode(), orjson.dumps({**doc, FIELD: key.decode()})))
+        else:
+            out.append((key, value))
+    return out
+
+
+def by_field(records: list[Record]) -> list[Record]:
+    """The input as the ordered topology sees it after the repartition
+    stage: keyed by :data:`FIELD` (a record without it as it was: the
+    stage dead-letters it with its own key)."""
+    out = []
+    for r in records:
+        try:
+            doc = orjson.loads(r.value) if r.value is not None else None
+        except orjson.JSONDecodeError:
+            doc = None
+        if isinstance(doc, dict) and isinstance(doc.get(FIELD), str):
+            r = dataclasses.replace(r, key=doc[FIELD].encode())
+        out.append(r)
+    return out
+
+
+async def wait_until_verified_by_field(
+    settings: Settings, timeout: float, worker: WorkerProcess
+) -> Report:
+    """:func:`wait_until_verified` for a key taken from :data:`FIELD`: the
+    outputs verified against the input keyed as the worker keys it."""
+    o = settings.ordered
+    cache = TopicCache(settings.broker.bootstrap)
+
+    async def late() -> list[Record]:
+        try:
+            return await cache.read(o.late_topic)
+        except UnknownTopic:
+            return []
+
+    async def read() -> Report:
+        return verify(
+            by_field(await cache.read(o.input_topic)),
+            await cache.read(o.ordered_topic),
+            await cache.read(o.deduped_topic),
+            await cache.read(o.dlq_topic) + await late(),
+        )
+
+    return await poll(
+        read,
+        lambda report: report.ok,
+        time.monotonic() + timeout,
+        0.5,
+        alive=worker.check_alive,
+        timed_out=worker.dump,
+    )
+
+
 def run_ordered(settings: Settings, log: Path) -> str:
-    """A small workload through the ordered worker; ``verify`` (as admin) passes."""
+    """A small workload through the ordered worker; ``verify`` (as admin)
+    passes. With ``key_field`` (:data:`FIELD`) the workload's keys are in
+    the values and the records keyed otherwise (:func:`keyed_by_field`):
+    the worker's repartition stage brings each key's messages together."""
     w = generate(messages=300, keys=8, malformed=2, seed=7)
+    by_key_field = bool(settings.ordered.key_field)
+    records = keyed_by_field(w.records) if by_key_field else w.records
     asyncio.run(create_topics(settings.broker.bootstrap, [settings.ordered.input_topic], 2))
-    asyncio.run(publish(settings.broker.bootstrap, settings.ordered.input_topic, w.records))
+    asyncio.run(publish(settings.broker.bootstrap, settings.ordered.input_topic, records))
     worker = WorkerProcess(settings, log).start()
     try:
         worker.wait_ready(120)  # (it creates the topics verify reads)
-        report = asyncio.run(wait_until_verified(settings, timeout=120, worker=worker))
+        if by_key_field:
+            report = asyncio.run(wait_until_verified_by_field(settings, 120, worker))
+        else:
+            report = asyncio.run(wait_until_verified(settings, timeout=120, worker=worker))
         assert report.ok, [(c.name, c.count, c.detail) for c in report.failures()]
     finally:
         code = worker.stop()
@@ -154,14 +240,37 @@ def test_precreated_topics_need_no_create_acl(
     run_ordered(as_user, secured_logs / "acl-precreated.log")
 
 
-def test_the_command_worker_with_the_documented_acls(
+def test_the_repartition_stage_with_the_documented_acls(
     secured_broker: SecuredKafkaBroker, admin_config: Path, as_user: Settings, secured_logs: Path
 ) -> None:
-    settings = as_user.with_overrides(topology="commands")
+    """The key a field of the value: the worker's repartition stage (its
+    own group and its topic ``G-<input>-repartition``) runs on the ACLs
+    printed for these settings."""
+    settings = as_user.with_overrides(key_field=FIELD)
+    grants = worker_grants(settings)
+    assert any(g.kind == "group" and group_of(settings) in g.names for g in grants)
+    grant(secured_broker, admin_config, grants)
+    run_ordered(settings, secured_logs / "acl-repartition.log")
+
+
+def command_worker(settings: Settings) -> Settings:
+    """``settings`` for the command worker, on topics named for the test
+    (the broker is the session's: on the default ``commands.in`` a second
+    test's worker would apply the first one's commands again)."""
     tag = settings.runtime.app_id
-    reply_topic = f"replies-{tag}"
-    grant(secured_broker, admin_config, worker_grants(settings, reply_topics=[reply_topic]))
-    worker = WorkerProcess(settings, secured_logs / "acl-commands.log").start()
+    return settings.with_overrides(
+        topology="commands",
+        command_topic=f"commands-{tag}",
+        events_topic=f"events-{tag}",
+        command_dlq_topic=f"commands-dlq-{tag}",
+    )
+
+
+def run_commands(settings: Settings, reply_topic: str, log: Path) -> str:
+    """Nine commands through the command worker; their replies (as admin)
+    come back, each applied once."""
+    tag = settings.runtime.app_id
+    worker = WorkerProcess(settings, log).start()
     try:
         worker.wait_ready(120)
 
@@ -184,7 +293,31 @@ def test_the_command_worker_with_the_documented_acls(
         asyncio.run(requests())
     finally:
         code = worker.stop()
-    assert code == 0, worker.log()[-3000:]
+    text = worker.log()
+    assert code == 0, text[-3000:]
+    return text
+
+
+def test_the_command_worker_with_the_documented_acls(
+    secured_broker: SecuredKafkaBroker, admin_config: Path, as_user: Settings, secured_logs: Path
+) -> None:
+    settings = command_worker(as_user)
+    reply_topic = f"replies-{settings.runtime.app_id}"
+    grant(secured_broker, admin_config, worker_grants(settings, reply_topics=[reply_topic]))
+    run_commands(settings, reply_topic, secured_logs / "acl-commands.log")
+
+
+def test_the_command_worker_with_precreated_topics_needs_no_create_acl(
+    secured_broker: SecuredKafkaBroker, admin_config: Path, as_user: Settings, secured_logs: Path
+) -> None:
+    settings = command_worker(as_user)
+    reply_topic = f"replies-{settings.runtime.app_id}"
+    precreate(settings)
+    grants = worker_grants(settings, create=False, reply_topics=[reply_topic])
+    assert not any("Create" in g.operations for g in grants)
+    grant(secured_broker, admin_config, grants)
+    text = run_commands(settings, reply_topic, secured_logs / "acl-commands-precreated.log")
+    assert "exactly_once" in text, text[-3000:]
 
 
 def without(grants: list[Grant], operation: str, kind: str, name: str) -> list[Grant]:
@@ -203,7 +336,9 @@ def without(grants: list[Grant], operation: str, kind: str, name: str) -> list[G
     return kept
 
 
-@pytest.mark.parametrize("case", ["input-read", "group-read", "output-write", "create"])
+@pytest.mark.parametrize(
+    "case", ["input-read", "group-read", "repartition-group-read", "output-write", "create"]
+)
 def test_a_missing_acl_is_one_line_naming_it(
     case: str,
     secured_broker: SecuredKafkaBroker,
@@ -223,6 +358,12 @@ def test_a_missing_acl_is_one_line_naming_it(
         grants, expected = (
             without(grants, "Read", "group", s.group_id),
             f"Read group {s.group_id!r}",
+        )
+    elif case == "repartition-group-read":
+        s = s.with_overrides(key_field=FIELD)
+        grants, expected = (
+            without(worker_grants(s), "Read", "group", group_of(s)),
+            f"Read group {group_of(s)!r}",
         )
     elif case == "output-write":
         grants = without(grants, "Write", "topic", o.deduped_topic)
