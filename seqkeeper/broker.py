@@ -232,6 +232,8 @@ class KafkaBroker(_BrokerProcess):
         self.extra_config = dict(extra_config or {})
         self._proc = None
         self._dir: Path | None = None
+        #: the controller listener's port (loopback, never advertised), once started
+        self.controller_port: int | None = None
 
     @property
     def version(self) -> str:
@@ -313,7 +315,7 @@ class KafkaBroker(_BrokerProcess):
     def start(self, timeout: float = 120.0) -> KafkaBroker:
         self._check_distribution()
         self._dir = Path(tempfile.mkdtemp(prefix="seqkeeper-kafka-"))
-        controller_port = free_port()
+        controller_port = self.controller_port = free_port()
         props = self._dir / "server.properties"
         self._prepare(self._dir)
         props.write_text(self._config(self._dir, controller_port))
@@ -443,12 +445,15 @@ def make_tls_files(
     directory: Path,
     hosts: tuple[str, ...] = ("127.0.0.1", "localhost"),
     clients: tuple[str, ...] = (),
+    server_name: str | None = None,
 ) -> TlsFiles:
     """A new CA and a server certificate for ``hosts`` (IP addresses and DNS
     names) signed by it, written to ``directory`` (``cryptography``; valid
     for a day); and a client certificate ``CN=<name>`` for each of
-    ``clients``. A second call makes another CA, which does not sign the
-    first call's certificates."""
+    ``clients``. The server certificate's subject is ``CN=<server_name>``
+    (default: the first host); it serves as a client certificate too (a
+    broker's to its controller). A second call makes another CA, which does
+    not sign the first call's certificates."""
     import datetime
     import ipaddress
 
@@ -499,7 +504,7 @@ def make_tls_files(
             names.append(x509.DNSName(host))
     server = (
         x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, hosts[0])]))
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, server_name or hosts[0])]))
         .issuer_name(ca_name)
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
@@ -585,9 +590,11 @@ class SecuredKafkaBroker(KafkaBroker):
 
     ``admin`` is a super user (the broker's own inter-broker user too);
     ``users`` are more SCRAM users, with no ACL (part 3 grants theirs). The
-    controller listener stays PLAINTEXT on loopback: its principal,
-    ``User:ANONYMOUS``, must be a super user for the broker to register with
-    its own controller.
+    controller listener (loopback, not advertised) is SSL with
+    ``ssl.client.auth=required``: the broker connects to its own controller
+    with the server certificate, ``CN=<broker_principal>``, the other super
+    user; a client without a certificate of the CA is refused at the
+    handshake, and no ``User:ANONYMOUS`` is allowed anything.
 
     :meth:`client_security` is how a client connects as ``admin``;
     :meth:`client_security_as` as another user. The listener takes
@@ -616,6 +623,8 @@ class SecuredKafkaBroker(KafkaBroker):
         self.mtls_port = free_port() if mtls else None
         self.mtls_bootstrap = f"127.0.0.1:{self.mtls_port}" if mtls else ""
         self.admin = admin
+        #: the principal of the server certificate: the broker's to its controller
+        self.broker_principal = "kafka-broker"
         self.admin_password = Secret(uuid.uuid4().hex)
         self.users: dict[str, Secret] = {name: Secret(pw) for name, pw in (users or {}).items()}
         self.tls: TlsFiles | None = None
@@ -673,7 +682,9 @@ class SecuredKafkaBroker(KafkaBroker):
 
     def _prepare(self, directory: Path) -> None:
         clients = (self.admin,) if self.mtls_port else ()
-        self.tls = make_tls_files(directory / "tls", clients=clients)
+        self.tls = make_tls_files(
+            directory / "tls", clients=clients, server_name=self.broker_principal
+        )
 
     def _listener_config(self, controller_port: int) -> dict[str, str]:
         assert self.tls is not None
@@ -689,7 +700,7 @@ class SecuredKafkaBroker(KafkaBroker):
         )
         listeners = f"SASL_SSL://{self.bootstrap},CONTROLLER://127.0.0.1:{controller_port}"
         advertised = f"SASL_SSL://{self.bootstrap}"
-        protocols = "CONTROLLER:PLAINTEXT,SASL_SSL:SASL_SSL"
+        protocols = "CONTROLLER:SSL,SASL_SSL:SASL_SSL"
         if self.mtls_port:
             listeners += f",SSL://{self.mtls_bootstrap}"
             advertised += f",SSL://{self.mtls_bootstrap}"
@@ -704,9 +715,11 @@ class SecuredKafkaBroker(KafkaBroker):
             "listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config": jaas,
             "listener.name.sasl_ssl.scram-sha-256.sasl.jaas.config": jaas,
             "listener.name.sasl_ssl.plain.sasl.jaas.config": plain_jaas,
-            # mutual TLS on the SSL listener only; a certificate's principal
+            # mutual TLS on the SSL listener and the controller's (where the
+            # broker presents its server certificate); a certificate's principal
             # is its CN (Kafka's default would be the whole DN, "CN=admin")
             "listener.name.ssl.ssl.client.auth": "required",
+            "listener.name.controller.ssl.client.auth": "required",
             "ssl.principal.mapping.rules": "RULE:^CN=([^,]+)$/$1/,DEFAULT",
             "ssl.keystore.type": "PEM",
             "ssl.keystore.location": str(self.tls.server),
@@ -714,7 +727,7 @@ class SecuredKafkaBroker(KafkaBroker):
             "ssl.truststore.location": str(self.tls.ca),
             "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
             "allow.everyone.if.no.acl.found": "false",
-            "super.users": f"User:{self.admin};User:ANONYMOUS",
+            "super.users": f"User:{self.admin};User:{self.broker_principal}",
         }
 
     def _passwords(self) -> dict[str, Secret]:

@@ -337,19 +337,24 @@ def compact(
         if not reseal:
             raise typer.Exit(1)
     else:
+        # soft_wrap: each line whole (Rich wraps at 80 columns off a
+        # terminal, which split the lines scripts and logs look for)
         console.print(
-            f"committed under {warehouse}: " + ", ".join(f"{k} run {v}" for k, v in done.items())
+            f"committed under {warehouse}: " + ", ".join(f"{k} run {v}" for k, v in done.items()),
+            markup=False,
+            soft_wrap=True,
         )
     if purge_days is not None:
         from seqkeeper.spark_sink.audit import purge_audit
 
         gone = purge_audit(warehouse, purge_days)
         console.print(
-            f"retention: {gone} audit day partitions older than {purge_days} days deleted"
+            f"retention: {gone} audit day partitions older than {purge_days} days deleted",
+            soft_wrap=True,
         )
     if reseal:
         text, code = reseal_summary(report, sealer)
-        console.print(text, markup=False, highlight=False)
+        console.print(text, markup=False, highlight=False, soft_wrap=True)
         raise typer.Exit(code)
 
 

@@ -43,6 +43,15 @@ def secured_logs(secured_broker: SecuredKafkaBroker) -> Path:
     return LOGS
 
 
+@pytest.fixture(scope="session")
+def audit_keys() -> tuple[str, str]:
+    """Two audit keys (an old one and its successor, as ``seqkeeper keygen``
+    prints them): the last test reads every log for them too."""
+    from seqkeeper.spark_sink.crypto import new_key
+
+    return new_key(), new_key()
+
+
 def security_env(security: ClientSecurity) -> dict[str, str]:
     """The environment variables that make ``security`` every client's."""
     return {

@@ -2,15 +2,20 @@
 ``ssl.client.auth=required``, tests/security/conftest.py): the worker
 processes a workload and ``verify`` passes, by certificate alone; without a
 client certificate, or with a key file that cannot be read, the worker and
-``verify`` stop at once with one line saying what failed."""
+``verify`` stop at once with one line saying what failed. The controller
+listener requires a certificate too: no anonymous client gets an answer."""
 
 from __future__ import annotations
 
 import os
+import socket
+import ssl
+import struct
 from pathlib import Path
 
 import pytest
 
+from seqkeeper.broker import SecuredKafkaBroker
 from seqkeeper.settings import Settings
 from tests.security.test_secured_kafka import (
     run_cli,
@@ -60,3 +65,45 @@ def test_an_unreadable_client_key_names_the_variable(
 
     line, _ = worker_error(settings, secured_logs / f"worker-key-{problem[-4:]}.log", code=None)
     assert f"SEQKEEPER_SSL_KEYFILE={key}: cannot read it" in line, line
+
+
+def api_versions(port: int, context: ssl.SSLContext | None) -> bytes:
+    """The first 8 bytes of the answer of the listener on ``port`` to an
+    ApiVersions v0 request (size, correlation id), over TLS with
+    ``context``; ``b""`` when the listener closes the connection or fails
+    the handshake (not when it stays silent: that times out)."""
+    body = struct.pack(">hhih", 18, 0, 7, len(b"probe")) + b"probe"
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as raw:
+            sock = context.wrap_socket(raw, server_hostname="127.0.0.1") if context else raw
+            sock.sendall(struct.pack(">i", len(body)) + body)
+            answer = b""
+            while len(answer) < 8:
+                got = sock.recv(8 - len(answer))
+                if not got:
+                    return b""
+                answer += got
+            return answer
+    except TimeoutError:
+        raise
+    except OSError:  # reset, TLS alert (ssl.SSLError is an OSError)
+        return b""
+
+
+def test_the_controller_listener_answers_no_anonymous_client(
+    secured_broker: SecuredKafkaBroker,
+) -> None:
+    """The controller listener (loopback, not advertised) is SSL with a
+    required client certificate: the broker's own (``CN=kafka-broker``, a
+    super user) passes; a PLAINTEXT client and a TLS client without a
+    certificate get no answer at all, so ``User:ANONYMOUS`` (no super user
+    any more) has nothing to be allowed."""
+    port, tls = secured_broker.controller_port, secured_broker.tls
+    assert port and tls is not None
+    client = tls.clients[secured_broker.admin]
+    with_cert = ssl.create_default_context(cafile=str(tls.ca))
+    with_cert.load_cert_chain(str(client.cert), str(client.key))
+    size, correlation = struct.unpack(">ii", api_versions(port, with_cert))
+    assert size > 4 and correlation == 7  # the listener answers a client it knows
+    assert api_versions(port, ssl.create_default_context(cafile=str(tls.ca))) == b""
+    assert api_versions(port, None) == b""

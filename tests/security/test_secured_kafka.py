@@ -189,14 +189,18 @@ def test_the_spark_source_over_sasl_ssl(
     assert admin.password.reveal() not in str(refused.value)
 
 
-def test_no_log_holds_a_password(secured_broker: SecuredKafkaBroker, secured_logs: Path) -> None:
+def test_no_log_holds_a_password(
+    secured_broker: SecuredKafkaBroker, secured_logs: Path, audit_keys: tuple[str, str]
+) -> None:
     """Runs last in this module: every log its tests wrote, and those of the
     modules before it (test_cli_tools_secured, test_mtls,
     test_sasl_mechanisms), and the broker's. Nor the client's private key
-    (mTLS), whole or any line of it."""
+    (mTLS), whole or any line of it, nor an audit key (test_cli_tools_secured's
+    rotation), whole or either half."""
     logs = sorted(p for p in secured_logs.rglob("*") if p.is_file())
     assert any(p.name == "kafka.log" for p in logs)
     passwords = [secured_broker.admin_password.reveal(), WRONG_PASSWORD]
+    passwords += [part for key in audit_keys for part in (key, key[:22], key[22:])]
     assert secured_broker.tls is not None and secured_broker.tls.clients
     for client in secured_broker.tls.clients.values():
         key = client.key.read_text()
