@@ -3,6 +3,9 @@ prints them; tests/security/test_acls.py runs them on Apache Kafka."""
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 from typer.testing import CliRunner
 
 from seqkeeper.cli import app
@@ -70,4 +73,19 @@ def test_seqkeeper_acls_prints_the_commands(monkeypatch) -> None:
     s = Settings.of(app_id="app", bootstrap="kafka:9093")
     assert done.output.splitlines() == [
         g.command("seqkeeper", "kafka:9093") for g in worker_grants(s)
+    ]
+
+
+def test_the_readme_lists_the_ordered_workers_acls(monkeypatch) -> None:
+    """The README's ``$acl`` lines, expanded, are what ``seqkeeper acls``
+    prints for the ordered worker with the default names."""
+    for name in ("SEQKEEPER_APP_ID", "SEQKEEPER_TOPOLOGY", "SEQKEEPER_INPUT_TOPIC"):
+        monkeypatch.delenv(name, raising=False)
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    found = re.search(r'```console\nacl="([^"]+)"\n(.*?)```', readme, re.S)
+    assert found, "no $acl block in the README"
+    prefix, lines = found.group(1), found.group(2).splitlines()
+    s = Settings.of(app_id="seqkeeper", topology="ordered")
+    assert [line.replace("$acl", prefix, 1) for line in lines] == [
+        g.command("seqkeeper", "$B") for g in worker_grants(s)
     ]
