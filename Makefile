@@ -46,7 +46,7 @@ bench-core: $(STAMP)
 	$(BIN)/python -m seqkeeper.bench.core
 
 test: $(STAMP) java
-	$(BIN)/python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=40 $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
