@@ -178,3 +178,16 @@ def test_tenants_and_receipts_of_the_old_layout(make_settings, names, tmp_path) 
     )
     assert shown.exit_code == 0, shown.output
     assert shown.output.count('"message_id": "m1"') == 2
+
+
+def test_inspect_without_a_command_worker_is_one_line(broker, names) -> None:
+    """No changelog of this app id on the broker: one line naming the topic,
+    exit 2, no traceback."""
+    done = CliRunner().invoke(
+        app,
+        ["inspect", "-b", broker.bootstrap, "--app-id", names["app_id"], "--message-id", "m1"],
+    )
+    assert done.exit_code == 2, done.output
+    lines = done.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), done.output
+    assert f"{names['app_id']}-commands" in lines[0] and "Traceback" not in done.output
