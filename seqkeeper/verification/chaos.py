@@ -95,6 +95,9 @@ class Scale:
     command_kills: int
     #: messages of the freeze, failover and local-state scenarios
     others: int
+    #: seconds of input flow per fault cycle (a kill, the freeze); the
+    #: failover and the zombie keep it flowing for three cycles
+    cycle: float = 20.0
 
 
 LONG = Scale(
@@ -498,9 +501,9 @@ class Chaos:
         sc = self.scale
         work = generate(messages=sc.messages, keys=sc.keys, malformed=24, seed=self.seed)
         out.messages = len(work.records)
-        # input flows during the kills (about 20 s per cycle)
+        # input flows during the kills (a cycle each)
         publisher = self.publish_in_background(
-            s, s.ordered.input_topic, work.records, sc.kills * 20.0
+            s, s.ordered.input_topic, work.records, sc.kills * sc.cycle
         )
         finished = self.all_out(s, s.ordered.deduped_topic, work.messages)
         for i in range(sc.kills):
@@ -541,7 +544,7 @@ class Chaos:
         out.messages = len(work.records)
         # input flows before, during and after the freeze
         publisher = self.publish_in_background(
-            s, s.ordered.input_topic, work.records, sc.freeze + 20.0
+            s, s.ordered.input_topic, work.records, sc.freeze + sc.cycle
         )
         w = self.worker(s, "worker")
         try:
@@ -572,7 +575,7 @@ class Chaos:
         work = generate(messages=sc.others, keys=sc.keys, malformed=8, seed=self.seed + 2)
         out = Outcome("two workers, one killed", messages=len(work.records))
         # input keeps flowing on every partition across the failover
-        publisher = self.publish_in_background(s, s.ordered.input_topic, work.records, 60.0)
+        publisher = self.publish_in_background(s, s.ordered.input_topic, work.records, 3 * sc.cycle)
         a_settings = s.with_overrides(data_dir=s.runtime.data_dir / "a")
         b_settings = s.with_overrides(data_dir=s.runtime.data_dir / "b")
         a = self.worker(a_settings, "worker-a")
@@ -724,7 +727,7 @@ class Chaos:
         work = storm(commands=sc.commands, reply_to=replies, seed=self.seed)
         out = Outcome("kill -9 the command worker", messages=len(work.records))
         publisher = self.publish_in_background(
-            s, s.commands.command_topic, work.records, sc.command_kills * 20.0
+            s, s.commands.command_topic, work.records, sc.command_kills * sc.cycle
         )
         # every record but the poison is answered (copies too)
         finished = self.all_out(s, replies, len(work.records) - work.poison)
@@ -763,7 +766,7 @@ class Chaos:
         session = s.runtime.session_timeout
         # input flows before, during and after the freeze
         publisher = self.publish_in_background(
-            s, s.ordered.input_topic, work.records, session + 60.0
+            s, s.ordered.input_topic, work.records, session + 3 * sc.cycle
         )
         a = self.worker(s.with_overrides(data_dir=s.runtime.data_dir / "a"), "worker-a")
         b: WorkerProcess | None = None

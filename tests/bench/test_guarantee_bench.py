@@ -1,6 +1,7 @@
-"""The ``guarantee`` section of the bench (issue 35): measured on a broker
-with transactions, one n/a row on one without; and its clock, the
-committed input offsets, counts input records. Never a speed threshold."""
+"""The ``guarantee`` section of the bench (issue 35), in the shared smoke
+run (tests/bench/conftest.py): measured on a broker with transactions, one
+n/a row on one without; and its clock, the committed input offsets, counts
+input records. Never a speed threshold."""
 
 from __future__ import annotations
 
@@ -9,28 +10,29 @@ import dataclasses
 
 import pytest
 
-from seqkeeper.bench.harness import GUARANTEE_COMMIT_INTERVAL, Bench, run, workload
+from seqkeeper.bench.harness import GUARANTEE_COMMIT_INTERVAL, Bench, workload
 from seqkeeper.runtime.guarantee import has_transactions
-from tests.bench.test_harness import TINY as HARNESS_TINY
+from tests.bench.conftest import TINY as HARNESS_TINY
+from tests.bench.conftest import Smoke
 
 pytestmark = pytest.mark.integration
 
 TINY = dataclasses.replace(HARNESS_TINY, rounds=1)
 
 
-def test_guarantee_section(broker, tmp_path) -> None:
-    bench = Bench(broker.bootstrap, TINY, tmp_path, lambda s: None)
-    result = run(bench, {"guarantee"})
-    assert result["failed"] == [], result["figures"]
-    names = [r["name"] for r in result["ratios"]]
-    if not asyncio.run(has_transactions(broker.bootstrap, f"{tmp_path.name}-probe")):
+def test_guarantee_section(broker, smoke: Smoke) -> None:
+    bench, result = smoke
+    assert "guarantee" not in result["failed"], result["failed"]
+    ratios = [r for r in result["ratios"] if r["name"].startswith("exactly_once / at_least_once")]
+    names = [r["name"] for r in ratios]
+    if not asyncio.run(has_transactions(broker.bootstrap, f"{bench.workdir.name}-probe")):
         # not a failure: one row saying it was not measured
         assert names == ["exactly_once / at_least_once: not measured (n/a: no transactions)"]
-        assert result["ratios"][0]["met"] is None
-        assert result["figures"] == []
+        assert ratios[0]["met"] is None
+        assert not [f for f in result["figures"] if "exactly_once" in f["name"]]
         return
     assert names == ["exactly_once / at_least_once"]
-    ratio = result["ratios"][0]
+    ratio = ratios[0]
     rates = {f["name"].split(":")[0]: f for f in result["figures"] if f["unit"] == "msg/s"}
     alo, eos = rates["seqkeeper at_least_once"], rates["seqkeeper exactly_once"]
     assert ratio["value"] == pytest.approx(eos["value"] / alo["value"])
@@ -38,7 +40,10 @@ def test_guarantee_section(broker, tmp_path) -> None:
         assert figure["value"] > 0
         assert figure["detail"]["commit interval s"] == GUARANTEE_COMMIT_INTERVAL
         assert 0 < figure["detail"]["counted"] <= len(bench.records)
-    lat = [f for f in result["figures"] if "latency p99" in f["name"]]
+    modes = ("seqkeeper at_least_once", "seqkeeper exactly_once")
+    lat = [
+        f for f in result["figures"] if "latency p99" in f["name"] and f["name"].startswith(modes)
+    ]
     assert sorted(f["name"].split(",")[0] for f in lat) == [
         "seqkeeper at_least_once",
         "seqkeeper exactly_once",

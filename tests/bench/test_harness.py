@@ -4,7 +4,6 @@ threshold — performance is proven by `seqkeeper bench`, not by tests."""
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
 import time
 import uuid
@@ -16,29 +15,17 @@ from aiokafka import AIOKafkaProducer
 from seqkeeper.adapter.producer import BatchProducer
 from seqkeeper.bench.harness import (
     LATENCY_LINGER_MS,
-    Bench,
-    Sizes,
     _latency_figure,
     _paced,
-    run,
     workload,
     write,
 )
 from seqkeeper.settings import Settings
 from seqkeeper.topics import create_topics, read_topic
+from tests.bench.conftest import SESSION_TIMEOUT, TINY, Smoke
+from tests.bench.conftest import figure as named
 
 pytestmark = pytest.mark.integration
-
-TINY = Sizes(
-    messages=300,
-    keys=20,
-    partitions=2,
-    deep_buffer=40,
-    state_keys=100,
-    spark_records=500,
-    latency_seconds=1.0,
-    rounds=2,
-)
 
 
 def test_workload_shape() -> None:
@@ -95,9 +82,8 @@ def test_paced_input_is_every_record_in_key_order_and_not_ahead_of_its_rate(brok
     assert all(s == list(range(1, len(s) + 1)) for s in seqs.values())  # in order per key
 
 
-def test_smoke_run_writes_every_figure(broker, spark, tmp_path) -> None:
-    bench = Bench(broker.bootstrap, TINY, tmp_path, lambda s: None)
-    result = run(bench)
+def test_smoke_run_writes_every_figure(broker, smoke: Smoke, tmp_path) -> None:
+    bench, result = smoke
     assert result["failed"] == [], [f["detail"] for f in result["figures"] if not f["value"]]
     names = [f["name"] for f in result["figures"]]
     for expected in (
@@ -168,16 +154,17 @@ def test_smoke_run_writes_every_figure(broker, spark, tmp_path) -> None:
 
 
 def test_restart_after_kill_9_replays_the_changelog_after_the_local_offsets(
-    broker, tmp_path
+    broker, smoke: Smoke
 ) -> None:
     """The kill -9 figure's detail: per partition, the restart replayed
     exactly the changelog records after the offset the local state held
     (read from the changelog here, not from the figure), and its phases
     come in their order; never a number of seconds."""
-    bench = Bench(broker.bootstrap, dataclasses.replace(TINY, state_keys=2_000), tmp_path, print)
-    clean, _, killed = bench.restart()
-    assert "kill -9" in killed.name and "kill -9" not in clean.name
-    d = killed.detail
+    _, result = smoke
+    clean = named(result, "restart to first output")
+    killed = named(result, "restart after kill -9 to first output of new input")
+    assert "kill -9" not in clean["name"]
+    d = killed["detail"]
     assert d["local state kept"], d["log"]
     topic = d["changelog"]
     offsets: dict[int, list[int]] = {p: [] for p in range(TINY.partitions)}
@@ -207,20 +194,26 @@ def test_restart_after_kill_9_replays_the_changelog_after_the_local_offsets(
     order = ["joining", "joined", "synced", "assigned", "recovered", "scanned", "ready"]
     assert [steps[k] for k in order] == sorted(steps[k] for k in order), steps
     assert steps["ready"] <= steps["first output"] <= steps["first new output"], steps
-    assert steps["first new output"] == killed.value
+    assert steps["first new output"] == killed["value"]
 
 
-def test_failover_to_a_standby_replays_only_what_its_copy_lacked(broker, tmp_path) -> None:
+def test_failover_to_a_standby_replays_only_what_its_copy_lacked(broker, smoke: Smoke) -> None:
     """The failover figures' detail, read against the changelog: with a
     standby replica, each partition the survivor took over replayed the
     records after its copy's offset up to the changelog's end at the kill,
     and its copy held at least the state built before the input flowed
     (never the whole partition); without one, the whole partition. Never a
     number of seconds."""
-    bench = Bench(broker.bootstrap, dataclasses.replace(TINY, state_keys=2_000), tmp_path, print)
+    _, result = smoke
     for replicas in (1, 0):
-        took, session = bench.failover(replicas, session_timeout=6.0)
-        d = took.detail
+        took = named(
+            result,
+            f"failover, assignment to first new output on every moved partition, {replicas} standby",
+        )
+        session = named(
+            result, f"failover, kill -9 to the survivor's assignment, {replicas} standby"
+        )
+        d = took["detail"]
         assert 0 < len(d["moved partitions"]) < TINY.partitions, d
         assert set(d["partitions"]) == {str(p) for p in d["moved partitions"]}
         offsets: dict[int, list[int]] = {p: [] for p in range(TINY.partitions)}
@@ -252,23 +245,25 @@ def test_failover_to_a_standby_replays_only_what_its_copy_lacked(broker, tmp_pat
             assert d["standby caught up before the flow"] is True, d
         steps = d["phases s"]
         assert 0 < steps["assigned"] <= steps["first new output, every partition"], steps
-        assert session.value == steps["assigned"]
-        assert session.detail["session timeout s"] == 6.0
-        assert took.value == max(
+        assert session["value"] == steps["assigned"]
+        assert session["detail"]["session timeout s"] == SESSION_TIMEOUT
+        assert took["value"] == max(
             v["first new output s after assignment"] for v in d["partitions"].values()
         )
 
 
-def test_standby_cost_counts_the_standby_records_each_worker_applied(broker, tmp_path) -> None:
+def test_standby_cost_counts_the_standby_records_each_worker_applied(smoke: Smoke) -> None:
     """The standby-cost pair: with a standby replica, the two workers'
     standbys applied every changelog record between them (each the other's
     partitions); without one, none. Never a rate."""
-    bench = Bench(broker.bootstrap, TINY, tmp_path, print)
-    one, none = bench.standby_cost(1), bench.standby_cost(0)
-    assert one.detail["counted"] == none.detail["counted"] == TINY.messages
-    # the same workload writes the same changelog, read once it stood still
-    assert one.detail["changelog records"] == none.detail["changelog records"] > 0
-    assert one.detail["standby records applied"] == one.detail["changelog records"], one.detail
-    assert all(n > 0 for n in one.detail["standby records applied per worker"]), one.detail
-    assert none.detail["standby records applied"] == 0, none.detail
-    assert all(c > 0 for c in one.detail["CPU s per worker"] + none.detail["CPU s per worker"])
+    _, result = smoke
+    one = named(result, "two workers, 1 standby replica")["detail"]
+    none = named(result, "two workers, 0 standby replicas")["detail"]
+    assert one["counted"] == none["counted"] == TINY.messages
+    # (each pair's own changelog, read once it stood still: how many records
+    # the same workload writes depends on where the worker's batches end)
+    assert one["changelog records"] > 0 and none["changelog records"] > 0
+    assert one["standby records applied"] == one["changelog records"], one
+    assert all(n > 0 for n in one["standby records applied per worker"]), one
+    assert none["standby records applied"] == 0, none
+    assert all(c > 0 for c in one["CPU s per worker"] + none["CPU s per worker"])

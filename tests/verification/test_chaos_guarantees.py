@@ -2,7 +2,8 @@
 at_least_once and, on a broker with transactions, again under exactly_once;
 each outcome says the guarantee its workers ran under; the report's
 exactly_once column; a re-emission fails an exactly_once run; the zombie
-scenario's verdict on the fenced worker."""
+scenario's verdict on the fenced worker (its run on a broker:
+tests/chaos/test_chaos.py)."""
 
 from __future__ import annotations
 
@@ -315,22 +316,3 @@ def test_a_zombie_that_goes_on_or_is_not_fenced_is_a_problem(
 
 def test_the_zombie_is_a_scenario() -> None:
     assert "zombie" in SCENARIOS and "zombie" not in BOTH_GUARANTEES
-
-
-# -- the zombie on the test broker ------------------------------------------------
-
-
-@pytest.mark.integration
-def test_the_zombie_scenario_short(broker, tmp_path: Path, make_settings) -> None:
-    runner = Chaos(make_settings(), tmp_path, SHORT, local=broker.local, seed=5)
-    (out,) = runner.run(["zombie"])
-    assert out.key == "zombie" and out.guarantee == EXACTLY_ONCE
-    if broker.is_tansu:
-        assert runner.transactions is False and out.skipped, out
-        return
-    assert runner.transactions is True
-    assert out.ok and not out.skipped, out.notes
-    assert out.faults == 1 and out.lost == 0 and out.reemitted == 0 and out.recovery
-    logs = {p.name: p.read_text() for p in tmp_path.rglob("worker-*.log")}
-    assert set(logs) == {"worker-a.log", "worker-b.log"}
-    assert "fenced:" in logs["worker-a.log"] and "fenced:" not in logs["worker-b.log"]

@@ -1,0 +1,45 @@
+"""One smoke run of every bench section, shared by the tests that read its
+figures: each section runs once per CI pass, not once per test that looks
+at it (each worker start costs a group join, half the session timeout on
+the embedded broker)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from seqkeeper.bench.harness import Bench, Sizes, run
+
+TINY = Sizes(
+    messages=300,
+    keys=20,
+    partitions=2,
+    deep_buffer=40,
+    state_keys=2_000,
+    spark_records=500,
+    latency_seconds=1.0,
+    rounds=2,
+)
+#: The bench workers' session timeout in the smoke run: the embedded broker
+#: joins a group in half of it, and the failover waits it out.
+SESSION_TIMEOUT = 6.0
+
+#: The smoke run's bench and its result (``run``'s).
+Smoke = tuple[Bench, dict[str, Any]]
+
+
+@pytest.fixture(scope="session")
+def smoke(broker: Any, spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Smoke:
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("SEQKEEPER_SESSION_TIMEOUT", f"{SESSION_TIMEOUT:g}")
+        bench = Bench(broker.bootstrap, TINY, Path(tmp_path_factory.mktemp("smoke")), print)
+        return bench, run(bench)
+
+
+def figure(result: dict[str, Any], prefix: str) -> dict[str, Any]:
+    """The one figure of ``result`` whose name starts with ``prefix``."""
+    found = [f for f in result["figures"] if f["name"].startswith(prefix)]
+    assert len(found) == 1, (prefix, [f["name"] for f in result["figures"]])
+    return found[0]
