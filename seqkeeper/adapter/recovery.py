@@ -173,7 +173,13 @@ def pause_and_drop(consumer: Any, partitions: list[TopicPartition]) -> asyncio.F
             if tp in paused:
                 fetcher._records.pop(tp, None)
 
-    return asyncio.ensure_future(drop_landed())
+    task = asyncio.ensure_future(drop_landed())
+    _dropping.add(task)  # the loop keeps only a weak reference to a task
+    task.add_done_callback(_dropping.discard)
+    return task
+
+
+_dropping: set[asyncio.Future[Any]] = set()
 
 
 class SeekFirstRecovery(Recovery):
