@@ -292,7 +292,7 @@ def test_every_scenario_passes_short(broker, tmp_path, make_settings) -> None:
     assert runner.transactions is True and not zombie.skipped
     assert zombie.faults == 1 and zombie.lost == 0 and zombie.reemitted == 0 and zombie.recovery
     (scenario,) = tmp_path.glob("zombie-eos-*")
-    logs = {p.name: p.read_text() for p in scenario.glob("worker-*.log")}
+    logs = {p.name: p.read_text() for p in scenario.rglob("worker-*.log")}
     assert set(logs) == {"worker-a.log", "worker-b.log"}
     assert "fenced:" in logs["worker-a.log"] and "fenced:" not in logs["worker-b.log"]
 
