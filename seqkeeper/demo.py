@@ -7,7 +7,7 @@ import contextlib
 import os
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -232,13 +232,15 @@ async def verify_topics(
     drained: bool = False,
     cache: TopicCache | None = None,
     isolation: str = "read_uncommitted",
+    rekey: Callable[[list[Record]], list[Record]] | None = None,
 ) -> Report:
     """Read the input and output topics to their exact ends and verify them
     (the late topic may be missing: the default policy never creates it).
     Polling with one ``cache`` reads each record once. ``isolation``: how
     the topics are read when no ``cache`` is given (a cache reads as it was
     made); ``read_committed`` sees only a transactional writer's committed
-    outputs, ``read_uncommitted`` every record written."""
+    outputs, ``read_uncommitted`` every record written. ``rekey``: the input
+    keyed as the worker keys it, when that is not the Kafka key."""
     topics = cache or TopicCache(settings.broker.bootstrap, isolation)
 
     async def _optional(topic: str) -> list[Record]:
@@ -247,8 +249,9 @@ async def verify_topics(
         except UnknownTopic:
             return []
 
+    given = await topics.read(settings.ordered.input_topic)
     return verify(
-        await topics.read(settings.ordered.input_topic),
+        rekey(given) if rekey else given,
         await topics.read(settings.ordered.ordered_topic),
         await topics.read(settings.ordered.deduped_topic),
         await topics.read(settings.ordered.dlq_topic)
@@ -278,12 +281,13 @@ async def wait_until_verified(
     worker: WorkerProcess | None = None,
     drained: bool = False,
     isolation: str = "read_uncommitted",
+    rekey: Callable[[list[Record]], list[Record]] | None = None,
 ) -> Report:
     """Poll :func:`verify_topics` until it passes or ``timeout`` runs out
-    (``isolation``: how the topics are read)."""
+    (``isolation``: how the topics are read; ``rekey``: as there)."""
     cache = TopicCache(settings.broker.bootstrap, isolation)
     return await poll(
-        lambda: verify_topics(settings, drained, cache),
+        lambda: verify_topics(settings, drained, cache, rekey=rekey),
         lambda report: report.ok,
         time.monotonic() + timeout,
         0.5,

@@ -29,9 +29,7 @@ from seqkeeper.permissions import Grant, internal_topics, worker_grants
 from seqkeeper.runtime.repartition import group_of
 from seqkeeper.security import Secret, kafka_options
 from seqkeeper.settings import Settings
-from seqkeeper.topics import Record, TopicCache, UnknownTopic, create_topics
-from seqkeeper.verification.poll import poll
-from seqkeeper.verification.verify import Report, verify
+from seqkeeper.topics import Record, create_topics
 from seqkeeper.verification.workload import generate
 from seqkeeper.worker import WorkerProcess
 
@@ -165,38 +163,6 @@ def by_field(records: list[Record]) -> list[Record]:
     return out
 
 
-async def wait_until_verified_by_field(
-    settings: Settings, timeout: float, worker: WorkerProcess
-) -> Report:
-    """:func:`wait_until_verified` for a key taken from :data:`FIELD`: the
-    outputs verified against the input keyed as the worker keys it."""
-    o = settings.ordered
-    cache = TopicCache(settings.broker.bootstrap)
-
-    async def late() -> list[Record]:
-        try:
-            return await cache.read(o.late_topic)
-        except UnknownTopic:
-            return []
-
-    async def read() -> Report:
-        return verify(
-            by_field(await cache.read(o.input_topic)),
-            await cache.read(o.ordered_topic),
-            await cache.read(o.deduped_topic),
-            await cache.read(o.dlq_topic) + await late(),
-        )
-
-    return await poll(
-        read,
-        lambda report: report.ok,
-        time.monotonic() + timeout,
-        0.5,
-        alive=worker.check_alive,
-        timed_out=worker.dump,
-    )
-
-
 def run_ordered(settings: Settings, log: Path) -> str:
     """A small workload through the ordered worker; ``verify`` (as admin)
     passes. With ``key_field`` (:data:`FIELD`) the workload's keys are in
@@ -210,10 +176,9 @@ def run_ordered(settings: Settings, log: Path) -> str:
     worker = WorkerProcess(settings, log).start()
     try:
         worker.wait_ready(120)  # (it creates the topics verify reads)
-        if by_key_field:
-            report = asyncio.run(wait_until_verified_by_field(settings, 120, worker))
-        else:
-            report = asyncio.run(wait_until_verified(settings, timeout=120, worker=worker))
+        # (with a key field: verified against the input keyed as the worker keys it)
+        rekey = by_field if by_key_field else None
+        report = asyncio.run(wait_until_verified(settings, 120, worker, rekey=rekey))
         assert report.ok, [(c.name, c.count, c.detail) for c in report.failures()]
     finally:
         code = worker.stop()
