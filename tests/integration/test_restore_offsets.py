@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import re
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,7 @@ from aiokafka.admin import AIOKafkaAdminClient, RecordsToDelete
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
 from seqkeeper.bench.restarts import local_offsets
+from seqkeeper.broker import free_port
 from seqkeeper.demo import publish, wait_until_verified
 from seqkeeper.settings import Settings
 from seqkeeper.topics import create_topics, end_offsets_of
@@ -42,6 +44,14 @@ def run(settings: Settings, log: Path, verify: bool = False) -> str:
         code = worker.stop()
     assert code == 0, worker.log()[-3000:]
     return worker.log()
+
+
+def standby_applied(worker: WorkerProcess) -> float:
+    """``seqkeeper_changelog_replayed_total{role="standby"}`` of ``worker``."""
+    url = f"http://127.0.0.1:{worker.settings.runtime.web_port}/metrics"
+    metrics = urllib.request.urlopen(url, timeout=10).read().decode()
+    found = re.search(r'seqkeeper_changelog_replayed_total\{role="standby"\} (\S+)', metrics)
+    return float(found.group(1)) if found else 0.0
 
 
 def reset_line(
@@ -146,15 +156,28 @@ def test_a_recreated_changelog_resets_standby_copies_too(make_settings, tmp_path
     asyncio.run(create_topics(bootstrap, base.topics(), base.broker.partitions))
     changelog = f"{base.group_id}-state-changelog"
     w = generate(messages=1_000, keys=100, malformed=0, seed=367)
-    asyncio.run(publish(bootstrap, base.ordered.input_topic, w.records))
-    a = WorkerProcess(base.with_overrides(data_dir=tmp_path / "a"), tmp_path / "a1.log")
-    b = WorkerProcess(base.with_overrides(data_dir=tmp_path / "b"), tmp_path / "b1.log")
+    a = WorkerProcess(
+        base.with_overrides(data_dir=tmp_path / "a", web_port=free_port()), tmp_path / "a1.log"
+    )
+    b = WorkerProcess(
+        base.with_overrides(data_dir=tmp_path / "b", web_port=free_port()), tmp_path / "b1.log"
+    )
     try:
-        a.start()
-        b.start()
+        # Both workers in the group before the input: each then applies,
+        # as a standby, what the other's active writes (a worker alone would
+        # process all of it and its later standby copy would apply nothing).
+        a.start().wait_ready(timeout=180)
+        b.start().wait_ready(timeout=180)
+        asyncio.run(publish(bootstrap, base.ordered.input_topic, w.records))
         report = asyncio.run(wait_until_verified(base, timeout=180, worker=b))
         assert report.ok, [(c.name, c.count, c.detail) for c in report.failures()]
-        time.sleep(1.0)  # (the standbys apply the last changelog records)
+        # (a standby's records go to RocksDB as they are applied)
+        for worker in (a, b):
+            deadline = time.monotonic() + 60
+            while standby_applied(worker) == 0:
+                worker.check_alive()
+                assert time.monotonic() < deadline, worker.log()[-3000:]
+                time.sleep(0.25)
     finally:
         assert a.stop() == 0 and b.stop() == 0, (a.log()[-3000:], b.log()[-3000:])
     # both workers hold a copy of every partition
