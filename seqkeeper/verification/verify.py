@@ -9,6 +9,16 @@ checked on the first emissions.
 The expectation is derived from the input records alone (in partition order,
 which is the order the worker sees them), never from the workload generator,
 so the check stands on its own.
+
+Records are read in the worker's message shape (``SEQKEEPER_KEY_FIELD``,
+``SEQKEEPER_SEQ_FIELD``/``_HEADER``, ``SEQKEEPER_MESSAGE_ID_FIELD``/``_HEADER``,
+``SEQKEEPER_CODEC``: :class:`~seqkeeper.processors.envelope.Shape`). With a key
+field the worker's outputs and dead letters are keyed by the key the value
+names (its repartition stage), and one key's messages may sit on several
+input partitions: the worker then sees them in an interleaving the input
+does not record. Only a choice between two records that differ depends on
+it (a sequence conflict, or one messageId sent with different bytes, on
+different partitions): which one is accepted is then the replay's guess.
 """
 
 from __future__ import annotations
@@ -21,7 +31,14 @@ from dataclasses import dataclass, field
 import orjson
 
 from seqkeeper.processors.dead_letter import REASON
-from seqkeeper.processors.envelope import InvalidMessage, parse
+from seqkeeper.processors.envelope import (
+    DEFAULT_SHAPE,
+    InvalidMessage,
+    Message,
+    Shape,
+    key_field,
+    parse,
+)
 from seqkeeper.processors.resequencer import FIRST_SEQ, GAP_SKIPPED
 from seqkeeper.topics import Record
 
@@ -70,12 +87,19 @@ def _examples(items: Iterable[object], n: int = 3) -> str:
     return ", ".join(shown)
 
 
-def _ident(record: Record) -> tuple[str, int] | None:
+def _ident(record: Record, shape: Shape = DEFAULT_SHAPE) -> tuple[str, int] | None:
+    """``(messageId, seq)`` of an output record (read in ``shape``), else ``None``."""
+    if shape.is_default:  # (leniently: the bytes are compared with the input's)
+        try:
+            doc = orjson.loads(record.value or b"")
+            return str(doc["messageId"]), int(doc["seq"])
+        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+            return None
     try:
-        doc = orjson.loads(record.value or b"")
-        return str(doc["messageId"]), int(doc["seq"])
-    except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+        msg = parse(record.key, record.value, shape=shape, headers=record.headers)
+    except InvalidMessage:
         return None
+    return msg.message_id, msg.seq
 
 
 def _marker(record: Record) -> tuple[str, int, int] | None:
@@ -89,9 +113,16 @@ def _marker(record: Record) -> tuple[str, int, int] | None:
         return None
 
 
-def _key_seq(record: Record) -> tuple[str, int]:
-    msg = parse(record.key, record.value)
-    return msg.key, msg.seq
+def _worker_key(record: Record, shape: Shape) -> bytes | None:
+    """The key the worker gives an input record's outputs and dead letters:
+    its Kafka key, or with a key field the key its value names (a value
+    naming none is dead-lettered by the repartition stage with its own key)."""
+    if not shape.key_path:
+        return record.key
+    try:
+        return key_field(record.value, shape).encode("utf-8")
+    except InvalidMessage:
+        return record.key
 
 
 def verify(
@@ -100,11 +131,14 @@ def verify(
     deduped: list[Record],
     dlq: list[Record],
     drained: bool = False,
+    shape: Shape = DEFAULT_SHAPE,
 ) -> Report:
     """Check the output topics against the input topic.
 
     ``drained``: every gap should have been given up by now (the gap timeout
     has passed since the last input), so no accepted message may still wait.
+    ``shape``: where the messages keep their key, sequence and messageId
+    (the worker's :meth:`~seqkeeper.settings.OrderedSettings.shape`).
     """
     report = Report(
         input_records=len(inputs),
@@ -113,25 +147,25 @@ def verify(
         dead_lettered=len(dlq),
     )
     # -- What the worker should have done, replayed in partition order.
-    accepted: dict[str, Record] = {}  # messageId -> first accepted record
+    accepted: dict[str, Message] = {}  # messageId -> first accepted message
     copies: Counter[str] = Counter()  # messageId -> deliveries
     owner: dict[tuple[str, int], str] = {}  # (key, seq) -> messageId
     expected_dlq: Counter[tuple[bytes | None, bytes | None]] = Counter()
     for rec in sorted(inputs, key=lambda r: (r.partition, r.offset)):
         try:
-            msg = parse(rec.key, rec.value)
+            msg = parse(rec.key, rec.value, shape=shape, headers=rec.headers)
         except InvalidMessage:
-            expected_dlq[(rec.key, rec.value)] += 1
+            expected_dlq[(_worker_key(rec, shape), rec.value)] += 1
             continue
         copies[msg.message_id] += 1
         if msg.message_id in accepted:
             report.redeliveries += 1
             continue
         if owner.get((msg.key, msg.seq), msg.message_id) != msg.message_id:
-            expected_dlq[(rec.key, rec.value)] += 1
+            expected_dlq[(msg.key.encode("utf-8"), rec.value)] += 1
             continue
         owner[(msg.key, msg.seq)] = msg.message_id
-        accepted[msg.message_id] = rec
+        accepted[msg.message_id] = msg
     # -- Ordered output: messages, and GapSkipped markers covering given-up ranges.
     checks = report.checks
     first_bytes: dict[str, bytes | None] = {}
@@ -169,14 +203,15 @@ def verify(
             covered[key].append((first, last))
             last_seq[key] = max(last, last_seq.get(key, 0))
             continue
-        ident = _ident(rec)
+        ident = _ident(rec, shape)
         if ident is None or ident[0] not in accepted:
             unexpected.append(rec.offset)
             continue
         mid, seq = ident
         if repeated(mid, rec.value):
             continue
-        if rec.value != accepted[mid].value or rec.key != accepted[mid].key:
+        came = accepted[mid]  # re-emitted as it came, keyed by its sequence key
+        if rec.value != came.value or rec.key != came.key.encode("utf-8"):
             changed.append(mid)
         if seq != expected_next:
             (gaps if seq > expected_next else violations).append((key, expected_next, str(seq)))
@@ -184,10 +219,10 @@ def verify(
     # Messages whose sequence was given up arrived late: not emitted, and
     # dead-lettered (or sent to the late topic, or dropped) by policy.
     late_ok: Counter[tuple[bytes | None, bytes | None]] = Counter()
-    for mid, rec in list(accepted.items()):
-        key, seq = _key_seq(rec)
+    for mid, msg in list(accepted.items()):
+        key, seq = msg.key, msg.seq
         if any(a <= seq <= b for a, b in covered.get(key, ())):
-            late_ok[(rec.key, rec.value)] += copies[mid]  # every copy arrives late
+            late_ok[(key.encode("utf-8"), msg.value)] += copies[mid]  # every copy arrives late
             del accepted[mid]
             del owner[(key, seq)]
     report.valid_messages = len(accepted)
@@ -231,7 +266,7 @@ def verify(
     checks.append(Check("ordered: not a valid input", len(unexpected), _examples(unexpected)))
 
     # -- Deduplicated output.
-    seen = Counter(ident[0] for r in deduped if (ident := _ident(r)) is not None)
+    seen = Counter(ident[0] for r in deduped if (ident := _ident(r, shape)) is not None)
     d_lost = accepted.keys() - seen.keys()
     checks.append(Check("deduped: lost", len(d_lost), _examples(sorted(d_lost))))
     report.reemitted["deduped"] = sum(n - 1 for n in seen.values() if n > 1)
@@ -239,14 +274,15 @@ def verify(
     d_changed = [
         mid
         for r in deduped
-        if (ident := _ident(r)) is not None
+        if (ident := _ident(r, shape)) is not None
         and d_first.setdefault((mid := ident[0]), (r.key, r.value)) != (r.key, r.value)
     ]
     checks.append(Check("deduped: bytes changed", len(d_changed), _examples(d_changed)))
     checks.append(
         Check(
             "deduped: not a valid input",
-            len(seen.keys() - accepted.keys()) + sum(1 for r in deduped if _ident(r) is None),
+            len(seen.keys() - accepted.keys())
+            + sum(1 for r in deduped if _ident(r, shape) is None),
         )
     )
 

@@ -5,18 +5,22 @@ from dataclasses import replace
 import pytest
 
 from seqkeeper.processors.dead_letter import dead_letter_headers
-from seqkeeper.processors.envelope import InvalidMessage, parse
+from seqkeeper.processors.envelope import DEFAULT_SHAPE, InvalidMessage, Shape, parse
 from seqkeeper.processors.resequencer import DictBuffer, KeyState, Policy, expire, offer
+from seqkeeper.runtime.repartition import route
 from seqkeeper.topics import Record
 from seqkeeper.verification.verify import verify
 from seqkeeper.verification.workload import generate
 
 
 def expected_outputs(
-    inputs: list[Record], gap_after: int | None = None
+    inputs: list[Record], gap_after: int | None = None, shape: Shape = DEFAULT_SHAPE
 ) -> tuple[list[Record], list[Record], list[Record]]:
-    """What a correct worker emits, computed with the pure cores. With
-    ``gap_after``, every key's gaps are given up after that many records."""
+    """What a correct worker emits, computed with the pure cores, the
+    records taken in list order. With ``gap_after``, every key's gaps are
+    given up after that many records. ``shape``: the worker's message
+    shape; with a key field, its repartition stage first re-keys each
+    record (or dead-letters it)."""
     seen: set[str] = set()
     states: dict[str, KeyState] = {}
     bufs: dict[str, DictBuffer] = {}
@@ -35,7 +39,9 @@ def expected_outputs(
         for s in step.buffer_deletes:
             del buf[s]
         states[key] = step.state
-        ordered.extend(out("ordered", key.encode(), e.value) for e in step.emitted)
+        ordered.extend(
+            out("ordered", key.encode(), e.value, getattr(e, "headers", ())) for e in step.emitted
+        )
 
     def give_up_gaps() -> None:
         for key in list(states):
@@ -45,15 +51,24 @@ def expected_outputs(
     for i, rec in enumerate(inputs):
         if gap_after is not None and i == gap_after:
             give_up_gaps()
+        key = rec.key
+        if shape.key_path:
+            key, headers = route(rec, shape, "in")
+            if key is None:
+                dlq.append(out("dlq", rec.key, rec.value, headers))
+                continue
         try:
-            m = parse(rec.key, rec.value)
+            m = parse(key, rec.value, shape=shape, headers=rec.headers)
         except InvalidMessage as exc:
             dlq.append(
                 out(
                     "dlq",
-                    rec.key,
+                    key,
                     rec.value,
-                    dead_letter_headers(exc.reason, exc.detail, "in", 0, rec.offset),
+                    (
+                        *rec.headers,
+                        *dead_letter_headers(exc.reason, exc.detail, "in", 0, rec.offset),
+                    ),
                 )
             )
             continue
@@ -66,14 +81,17 @@ def expected_outputs(
             dlq.append(
                 out(
                     "dlq",
-                    rec.key,
+                    key,
                     rec.value,
-                    dead_letter_headers(step.rejected.reason, "", "in", 0, rec.offset),
+                    (
+                        *rec.headers,
+                        *dead_letter_headers(step.rejected.reason, "", "in", 0, rec.offset),
+                    ),
                 )
             )
             continue
         seen.add(m.message_id)
-        deduped.append(out("deduped", rec.key, rec.value))
+        deduped.append(out("deduped", key, rec.value, rec.headers))
         apply(m.key, step)
 
     if gap_after is not None and gap_after >= len(inputs):
