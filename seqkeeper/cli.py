@@ -460,10 +460,18 @@ def verify(
             "aborted transactions).",
         ),
     ] = False,
+    key_field: Annotated[Optional[str], flag("key_field")] = None,
+    seq_field: Annotated[Optional[str], flag("seq_field")] = None,
+    seq_header: Annotated[Optional[str], flag("seq_header")] = None,
+    message_id_field: Annotated[Optional[str], flag("message_id_field")] = None,
+    message_id_header: Annotated[Optional[str], flag("message_id_header")] = None,
+    codec: Annotated[Optional[str], flag("codec")] = None,
 ) -> None:
     """Check output topics against their input: lost messages, repeats (must
     be byte-identical), per-key order, gaps without a GapSkipped marker,
-    dead letters without a reason. Exit 1 on any failure."""
+    dead letters without a reason. Exit 1 on any failure. Messages are read
+    as the worker reads them: give it the worker's key, sequence, messageId
+    and codec settings (environment or flags)."""
     import asyncio
     import dataclasses
 
@@ -471,7 +479,8 @@ def verify(
     from aiokafka.errors import KafkaConnectionError
     from rich.console import Console
 
-    from seqkeeper.demo import no_reemissions, summary, verify_topics
+    from seqkeeper.demo import message_shape, no_reemissions, summary, verify_topics
+    from seqkeeper.plugins import PluginError
     from seqkeeper.topics import UnknownTopic
 
     settings = settings_of(
@@ -481,11 +490,24 @@ def verify(
         deduped_topic=deduped_topic,
         dlq_topic=dlq_topic,
         late_topic=late_topic,
+        key_field=key_field,
+        seq_field=seq_field,
+        seq_header=seq_header,
+        message_id_field=message_id_field,
+        message_id_header=message_id_header,
+        codec=codec,
     )
+    try:
+        shape = message_shape(settings)
+    except (PluginError, ValueError) as e:  # a codec or a dotted path: one line
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(2) from None
     started = time.monotonic()
     try:
         with surfaced(broker):
-            report = asyncio.run(verify_topics(settings, drained, isolation=isolation.value))
+            report = asyncio.run(
+                verify_topics(settings, drained, isolation=isolation.value, shape=shape)
+            )
     except SecurityFailure as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(1) from None

@@ -7,7 +7,7 @@ import contextlib
 import os
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,6 +16,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from seqkeeper.plugins import load_codec
+from seqkeeper.processors.envelope import Shape
 from seqkeeper.security import kafka_options
 from seqkeeper.settings import EXAMPLE_HANDLERS, Settings
 from seqkeeper.topics import Record, TopicCache, UnknownTopic, create_topics
@@ -227,20 +229,31 @@ def run_demo(settings: Settings, options: DemoOptions) -> int:
         return 0 if report.ok else 1
 
 
+def message_shape(settings: Settings) -> Shape:
+    """Where the ordered worker of ``settings`` finds its messages' key,
+    sequence and messageId (its key, sequence and messageId settings, its
+    codec loaded): how :func:`verify_topics` reads them. A codec that cannot
+    be loaded is a :class:`~seqkeeper.plugins.PluginError`, a bad dotted
+    path a ``ValueError``."""
+    return settings.ordered.shape(load_codec(settings.ordered.codec))
+
+
 async def verify_topics(
     settings: Settings,
     drained: bool = False,
     cache: TopicCache | None = None,
     isolation: str = "read_uncommitted",
-    rekey: Callable[[list[Record]], list[Record]] | None = None,
+    shape: Shape | None = None,
 ) -> Report:
     """Read the input and output topics to their exact ends and verify them
     (the late topic may be missing: the default policy never creates it).
     Polling with one ``cache`` reads each record once. ``isolation``: how
     the topics are read when no ``cache`` is given (a cache reads as it was
     made); ``read_committed`` sees only a transactional writer's committed
-    outputs, ``read_uncommitted`` every record written. ``rekey``: the input
-    keyed as the worker keys it, when that is not the Kafka key."""
+    outputs, ``read_uncommitted`` every record written. ``shape``: how the
+    messages are read, the settings' (:func:`message_shape`) when ``None``."""
+    if shape is None:
+        shape = message_shape(settings)
     topics = cache or TopicCache(settings.broker.bootstrap, isolation)
 
     async def _optional(topic: str) -> list[Record]:
@@ -249,14 +262,14 @@ async def verify_topics(
         except UnknownTopic:
             return []
 
-    given = await topics.read(settings.ordered.input_topic)
     return verify(
-        rekey(given) if rekey else given,
+        await topics.read(settings.ordered.input_topic),
         await topics.read(settings.ordered.ordered_topic),
         await topics.read(settings.ordered.deduped_topic),
         await topics.read(settings.ordered.dlq_topic)
         + await _optional(settings.ordered.late_topic),
         drained=drained,
+        shape=shape,
     )
 
 
@@ -281,13 +294,14 @@ async def wait_until_verified(
     worker: WorkerProcess | None = None,
     drained: bool = False,
     isolation: str = "read_uncommitted",
-    rekey: Callable[[list[Record]], list[Record]] | None = None,
 ) -> Report:
     """Poll :func:`verify_topics` until it passes or ``timeout`` runs out
-    (``isolation``: how the topics are read; ``rekey``: as there)."""
+    (``isolation``: how the topics are read; the messages in the settings'
+    shape, :func:`message_shape`)."""
+    shape = message_shape(settings)
     cache = TopicCache(settings.broker.bootstrap, isolation)
     return await poll(
-        lambda: verify_topics(settings, drained, cache, rekey=rekey),
+        lambda: verify_topics(settings, drained, cache, shape=shape),
         lambda report: report.ok,
         time.monotonic() + timeout,
         0.5,

@@ -28,3 +28,22 @@ def test_help_names_each_option_s_variable() -> None:
     assert result.exit_code == 0
     for variable in ("KAFKA_BOOTSTRAP_SERVERS", "SEQKEEPER_DATA_DIR", "SEQKEEPER_BROKER_WAIT"):
         assert f"[env {variable}" in result.output, variable
+
+
+def test_verify_reads_the_worker_s_message_shape_a_bad_one_is_one_line() -> None:
+    """``seqkeeper verify`` reads messages as the worker does: its key,
+    sequence, messageId and codec settings (variables or flags), checked
+    before it connects."""
+    nobody = f"127.0.0.1:{free_port()}"
+    shown = CliRunner().invoke(app, ["verify", "--help"], env={"COLUMNS": "400"})
+    for variable in ("KEY_FIELD", "SEQ_FIELD", "SEQ_HEADER", "MESSAGE_ID_FIELD", "CODEC"):
+        assert f"[env SEQKEEPER_{variable}" in shown.output, variable
+    for args, env, named in (
+        ([], {"SEQKEEPER_CODEC": "nope"}, "SEQKEEPER_CODEC='nope': expected module:attribute"),
+        (["--codec", "no_such_module:Codec"], {}, "no module named 'no_such_module'"),
+        (["--key-field", "account..id"], {}, "SEQKEEPER_KEY_FIELD: bad dotted path"),
+    ):
+        result = CliRunner().invoke(app, ["verify", "-b", nobody, *args], env=env)
+        assert result.exit_code == 2, result.output
+        assert result.output.startswith("error: ") and named in result.output, result.output
+        assert result.output.count("\n") == 1, result.output

@@ -10,7 +10,6 @@ one line naming the operation and the resource."""
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import shlex
 import subprocess
 import time
@@ -29,7 +28,7 @@ from seqkeeper.permissions import Grant, internal_topics, worker_grants
 from seqkeeper.runtime.repartition import group_of
 from seqkeeper.security import Secret, kafka_options
 from seqkeeper.settings import Settings
-from seqkeeper.topics import Record, create_topics
+from seqkeeper.topics import create_topics
 from seqkeeper.verification.workload import generate
 from seqkeeper.worker import WorkerProcess
 
@@ -147,22 +146,6 @@ def keyed_by_field(
     return out
 
 
-def by_field(records: list[Record]) -> list[Record]:
-    """The input as the ordered topology sees it after the repartition
-    stage: keyed by :data:`FIELD` (a record without it as it was: the
-    stage dead-letters it with its own key)."""
-    out = []
-    for r in records:
-        try:
-            doc = orjson.loads(r.value) if r.value is not None else None
-        except orjson.JSONDecodeError:
-            doc = None
-        if isinstance(doc, dict) and isinstance(doc.get(FIELD), str):
-            r = dataclasses.replace(r, key=doc[FIELD].encode())
-        out.append(r)
-    return out
-
-
 def run_ordered(settings: Settings, log: Path) -> str:
     """A small workload through the ordered worker; ``verify`` (as admin)
     passes. With ``key_field`` (:data:`FIELD`) the workload's keys are in
@@ -176,9 +159,8 @@ def run_ordered(settings: Settings, log: Path) -> str:
     worker = WorkerProcess(settings, log).start()
     try:
         worker.wait_ready(120)  # (it creates the topics verify reads)
-        # (with a key field: verified against the input keyed as the worker keys it)
-        rekey = by_field if by_key_field else None
-        report = asyncio.run(wait_until_verified(settings, 120, worker, rekey=rekey))
+        # (with a key field: verified in the settings' shape, keyed by the field)
+        report = asyncio.run(wait_until_verified(settings, 120, worker))
         assert report.ok, [(c.name, c.count, c.detail) for c in report.failures()]
     finally:
         code = worker.stop()
