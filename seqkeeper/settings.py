@@ -106,6 +106,14 @@ def non_negative_integer(text: str) -> int:
     return value
 
 
+def dotted_path(text: str) -> str:
+    """A field's dotted path (``a.b``), or empty; checked here so that a bad
+    one is a setting error, not a failure when the worker builds its shape."""
+    if text and any(not part for part in text.split(".")):
+        raise ValueError("expected a dotted path of field names, such as meta.key")
+    return text
+
+
 def positive_integer(text: str) -> int:
     value = integer(text)
     if value < 1:
@@ -746,9 +754,10 @@ class OrderedSettings:
         "Where a message's sequence key is: empty for the Kafka key, else the dotted path of "
         "a field of the value (then the input is repartitioned by it through an internal "
         "topic).",
+        dotted_path,
     )
     seq_field: str = var(
-        "SEQKEEPER_SEQ_FIELD", "seq", "The dotted path of the sequence number's field."
+        "SEQKEEPER_SEQ_FIELD", "seq", "The dotted path of the sequence number's field.", dotted_path
     )
     seq_header: str = var(
         "SEQKEEPER_SEQ_HEADER",
@@ -756,7 +765,10 @@ class OrderedSettings:
         "A header holding the sequence number (ASCII digits) instead of a field.",
     )
     message_id_field: str = var(
-        "SEQKEEPER_MESSAGE_ID_FIELD", "messageId", "The dotted path of the messageId's field."
+        "SEQKEEPER_MESSAGE_ID_FIELD",
+        "messageId",
+        "The dotted path of the messageId's field.",
+        dotted_path,
     )
     message_id_header: str = var(
         "SEQKEEPER_MESSAGE_ID_HEADER", "", "A header holding the messageId instead of a field."
@@ -782,6 +794,7 @@ class OrderedSettings:
         "",
         "Event time for gap timeouts and seen-id ages: the dotted path of a field of the "
         "value (epoch milliseconds, or ISO-8601 with offset). Empty: the record timestamp.",
+        dotted_path,
     )
 
     def resequencer_policy(self) -> Policy:

@@ -128,6 +128,10 @@ def test_a_bad_value_names_its_variable(monkeypatch: pytest.MonkeyPatch) -> None
         ("SEQKEEPER_GAP_TIMEOUT", "-1", "non-negative number of seconds"),
         ("SEQKEEPER_TOPOLOGY", "both", "expected one of ordered, commands"),
         ("SEQKEEPER_SWITCH_INTERVAL", "nan", "expected a number"),
+        ("SEQKEEPER_KEY_FIELD", "account..id", "expected a dotted path"),
+        ("SEQKEEPER_SEQ_FIELD", ".seq", "expected a dotted path"),
+        ("SEQKEEPER_MESSAGE_ID_FIELD", "meta.", "expected a dotted path"),
+        ("SEQKEEPER_EVENT_TIME_FIELD", "a..b", "expected a dotted path"),
     ]:
         monkeypatch.setenv(env, bad)
         with pytest.raises(SettingError) as caught:

@@ -41,7 +41,7 @@ def test_verify_reads_the_worker_s_message_shape_a_bad_one_is_one_line() -> None
     for args, env, named in (
         ([], {"SEQKEEPER_CODEC": "nope"}, "SEQKEEPER_CODEC='nope': expected module:attribute"),
         (["--codec", "no_such_module:Codec"], {}, "no module named 'no_such_module'"),
-        (["--key-field", "account..id"], {}, "SEQKEEPER_KEY_FIELD: bad dotted path"),
+        (["--key-field", "account..id"], {}, "key-field='account..id': expected a dotted path"),
     ):
         result = CliRunner().invoke(app, ["verify", "-b", nobody, *args], env=env)
         assert result.exit_code == 2, result.output
