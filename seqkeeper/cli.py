@@ -35,6 +35,13 @@ InputTopicOpt = Annotated[Optional[str], flag("input_topic")]
 OrderedTopicOpt = Annotated[Optional[str], flag("ordered_topic")]
 DedupedTopicOpt = Annotated[Optional[str], flag("deduped_topic")]
 DlqTopicOpt = Annotated[Optional[str], flag("dlq_topic")]
+# where messages keep their key, sequence and messageId (the worker's and verify's)
+KeyFieldOpt = Annotated[Optional[str], flag("key_field")]
+SeqFieldOpt = Annotated[Optional[str], flag("seq_field")]
+SeqHeaderOpt = Annotated[Optional[str], flag("seq_header")]
+MessageIdFieldOpt = Annotated[Optional[str], flag("message_id_field")]
+MessageIdHeaderOpt = Annotated[Optional[str], flag("message_id_header")]
+CodecOpt = Annotated[Optional[str], flag("codec")]
 
 
 class Isolation(StrEnum):
@@ -180,12 +187,12 @@ def worker(
     handlers: Annotated[Optional[str], flag("handlers")] = None,
     processor: Annotated[Optional[str], flag("processor")] = None,
     processed_topic: Annotated[Optional[str], flag("processed_topic")] = None,
-    key_field: Annotated[Optional[str], flag("key_field")] = None,
-    seq_field: Annotated[Optional[str], flag("seq_field")] = None,
-    seq_header: Annotated[Optional[str], flag("seq_header")] = None,
-    message_id_field: Annotated[Optional[str], flag("message_id_field")] = None,
-    message_id_header: Annotated[Optional[str], flag("message_id_header")] = None,
-    codec: Annotated[Optional[str], flag("codec")] = None,
+    key_field: KeyFieldOpt = None,
+    seq_field: SeqFieldOpt = None,
+    seq_header: SeqHeaderOpt = None,
+    message_id_field: MessageIdFieldOpt = None,
+    message_id_header: MessageIdHeaderOpt = None,
+    codec: CodecOpt = None,
     handler_timeout: Annotated[Optional[float], flag("handler_timeout", min=0)] = None,
     broker_wait: Annotated[Optional[float], flag("broker_wait", min=0)] = None,
 ) -> None:
@@ -460,12 +467,12 @@ def verify(
             "aborted transactions).",
         ),
     ] = False,
-    key_field: Annotated[Optional[str], flag("key_field")] = None,
-    seq_field: Annotated[Optional[str], flag("seq_field")] = None,
-    seq_header: Annotated[Optional[str], flag("seq_header")] = None,
-    message_id_field: Annotated[Optional[str], flag("message_id_field")] = None,
-    message_id_header: Annotated[Optional[str], flag("message_id_header")] = None,
-    codec: Annotated[Optional[str], flag("codec")] = None,
+    key_field: KeyFieldOpt = None,
+    seq_field: SeqFieldOpt = None,
+    seq_header: SeqHeaderOpt = None,
+    message_id_field: MessageIdFieldOpt = None,
+    message_id_header: MessageIdHeaderOpt = None,
+    codec: CodecOpt = None,
 ) -> None:
     """Check output topics against their input: lost messages, repeats (must
     be byte-identical), per-key order, gaps without a GapSkipped marker,
