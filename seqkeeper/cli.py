@@ -388,7 +388,12 @@ def reseal_summary(report: Any, sealer: Any) -> tuple[str, int]:
 @app.command()
 def replay(
     broker: Annotated[str, typer.Option("--broker", "-b", help="Kafka bootstrap servers.")],
-    topic: Annotated[str, typer.Option(help="The topic to publish to.")],
+    topic: Annotated[
+        str,
+        typer.Option(
+            help="The topic to publish to (created when missing, with SEQKEEPER_PARTITIONS partitions)."
+        ),
+    ],
     warehouse: Annotated[Path, typer.Option(help="Where compact wrote.")] = Path("warehouse"),
     category: Annotated[Optional[str], typer.Option(help="Only this category.")] = None,
     stream: Annotated[Optional[str], typer.Option(help="Only this stream.")] = None,
@@ -409,9 +414,10 @@ def replay(
     from seqkeeper.spark_sink.job import spark_session
     from seqkeeper.spark_sink.replay import Selection
     from seqkeeper.spark_sink.replay import replay as run
+    from seqkeeper.topics import TopicsNotCreated
 
     selection = Selection(category, stream, message_type, since, until, from_position, to_position)
-    settings_of(bootstrap=broker, connects=not dry_run)  # before Spark starts
+    settings = settings_of(bootstrap=broker, connects=not dry_run)  # before Spark starts
     sealer = _sealer()
     spark = spark_session(master)
     try:
@@ -426,10 +432,15 @@ def replay(
                 dry_run,
                 lambda total, done: bar.update(task, total=total, completed=done),
                 sealer,
+                settings.broker.partitions,
+                settings.broker.replication,
             )
     except ValueError as e:  # no audit log under the warehouse; a missing audit key
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(2) from None
+    except TopicsNotCreated as e:  # (a missing topic, and no Create on it)
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(1) from None
     finally:
         spark.stop()
     typer.echo(f"{n} messages {'selected' if dry_run else 'published to ' + topic}")

@@ -97,7 +97,7 @@ def test_replay_publishes_as_admin(as_admin: ClientSecurity) -> None:
     bootstrap = os.environ["KAFKA_BOOTSTRAP_SERVERS"]
     topic = f"replayed-{uuid.uuid4().hex[:8]}"
     rows = [SimpleNamespace(key=b"k", value=orjson.dumps({"n": n})) for n in range(5)]
-    assert asyncio.run(_publish(bootstrap, topic, rows, lambda n: None, None)) == 5
+    assert asyncio.run(_publish(bootstrap, topic, rows, lambda n: None, None, 1, 1)) == 5
     replayed = asyncio.run(read_topic(bootstrap, topic))
     assert [r.value for r in sorted(replayed, key=lambda r: r.offset)] == [r.value for r in rows]
 
