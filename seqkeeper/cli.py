@@ -409,16 +409,27 @@ def replay(
 ) -> None:
     """Publish audited messages again, in their original per-key order and
     bytes (messageIds preserved, so consumers deduplicate)."""
+    import asyncio
+
     from rich.progress import Progress
 
     from seqkeeper.spark_sink.job import spark_session
     from seqkeeper.spark_sink.replay import Selection
     from seqkeeper.spark_sink.replay import replay as run
-    from seqkeeper.topics import TopicsNotCreated
+    from seqkeeper.topics import TopicsNotCreated, create_topics
 
     selection = Selection(category, stream, message_type, since, until, from_position, to_position)
     settings = settings_of(bootstrap=broker, connects=not dry_run)  # before Spark starts
     sealer = _sealer()
+    if not dry_run:
+        # Created here when missing: a cluster that does not create topics on
+        # first use would otherwise hold every send until it timed out.
+        try:
+            b = settings.broker
+            asyncio.run(create_topics(broker, [topic], b.partitions, b.replication))
+        except TopicsNotCreated as e:  # (no Create on it)
+            typer.echo(f"error: {e}", err=True)
+            raise typer.Exit(1) from None
     spark = spark_session(master)
     try:
         with Progress() as bar:
@@ -432,15 +443,10 @@ def replay(
                 dry_run,
                 lambda total, done: bar.update(task, total=total, completed=done),
                 sealer,
-                settings.broker.partitions,
-                settings.broker.replication,
             )
     except ValueError as e:  # no audit log under the warehouse; a missing audit key
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(2) from None
-    except TopicsNotCreated as e:  # (a missing topic, and no Create on it)
-        typer.echo(f"error: {e}", err=True)
-        raise typer.Exit(1) from None
     finally:
         spark.stop()
     typer.echo(f"{n} messages {'selected' if dry_run else 'published to ' + topic}")

@@ -15,7 +15,6 @@ from typing import Any
 from seqkeeper.security import kafka_options
 from seqkeeper.spark_sink.audit import coordinates, read_audit
 from seqkeeper.spark_sink.crypto import KEY_ENV, AuditKeyError, Sealer, is_sealed
-from seqkeeper.topics import create_topics
 
 
 @dataclass(frozen=True)
@@ -70,14 +69,9 @@ async def _publish(
     rows: Iterable[Any],
     advance: Callable[[int], None],
     sealer: Sealer | None,
-    partitions: int,
-    replication: int,
 ) -> int:
     from aiokafka import AIOKafkaProducer
 
-    # Created here when missing: a cluster that does not create topics on
-    # first use would otherwise hold every send until it times out.
-    await create_topics(bootstrap, [topic], partitions, replication)
     producer = AIOKafkaProducer(
         bootstrap_servers=bootstrap, **kafka_options(), linger_ms=5, acks="all"
     )
@@ -110,11 +104,8 @@ def replay(
     dry_run: bool = False,
     progress: Callable[[int | None, int], None] = lambda total, done: None,
     sealer: Sealer | None = None,
-    partitions: int = 1,
-    replication: int = 1,
 ) -> int:
-    """Publish the selection to ``topic`` (or only count it); how many.
-    A missing ``topic`` is created with ``partitions`` and ``replication``."""
+    """Publish the selection to ``topic`` (or only count it); how many."""
     df = select(spark, warehouse, selection)
     total = int(df.count())
     progress(total, 0)
@@ -127,5 +118,4 @@ def replay(
         done += n
         progress(total, done)
 
-    rows = df.toLocalIterator()
-    return asyncio.run(_publish(bootstrap, topic, rows, advance, sealer, partitions, replication))
+    return asyncio.run(_publish(bootstrap, topic, df.toLocalIterator(), advance, sealer))

@@ -35,7 +35,7 @@ from seqkeeper.spark_sink.crypto import (
 from seqkeeper.spark_sink.replay import _publish
 from seqkeeper.spark_sink.reseal import sealed_files
 from seqkeeper.spark_sink.store import MessageStore
-from seqkeeper.topics import read_topic
+from seqkeeper.topics import end_offsets_of, read_topic
 from tests.security.conftest import security_env
 from tests.security.test_secured_kafka import run_cli
 
@@ -97,7 +97,7 @@ def test_replay_publishes_as_admin(as_admin: ClientSecurity) -> None:
     bootstrap = os.environ["KAFKA_BOOTSTRAP_SERVERS"]
     topic = f"replayed-{uuid.uuid4().hex[:8]}"
     rows = [SimpleNamespace(key=b"k", value=orjson.dumps({"n": n})) for n in range(5)]
-    assert asyncio.run(_publish(bootstrap, topic, rows, lambda n: None, None, 1, 1)) == 5
+    assert asyncio.run(_publish(bootstrap, topic, rows, lambda n: None, None)) == 5
     replayed = asyncio.run(read_topic(bootstrap, topic))
     assert [r.value for r in sorted(replayed, key=lambda r: r.offset)] == [r.value for r in rows]
 
@@ -205,9 +205,14 @@ def test_compact_reseal_and_replay_as_admin(
     only_b = {k: v for k, v in rotated.items() if k != DECRYPT_FILE_ENV}
     target = f"replayed-{uuid.uuid4().hex[:8]}"
     replay = ["replay", "-b", bootstrap, "--topic", target, "--warehouse", str(warehouse)]
+    # (the target does not exist: replay creates it, as the worker would its topics)
+    only_b["SEQKEEPER_PARTITIONS"] = "3"
     done = run_cli([*replay, "--master", "local[1]"], only_b, secured_logs / "replay.log")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert f"{len(stored)} messages published to {target}" in done.stdout, done.stdout
+    assert "Topic not found" not in done.stdout + done.stderr, done.stderr[-3000:]
+    ends = asyncio.run(end_offsets_of(bootstrap, [target]))
+    assert sorted(tp.partition for tp in ends) == [0, 1, 2], ends
     replayed = asyncio.run(read_topic(bootstrap, target))
     replayed.sort(key=lambda r: (r.partition, r.offset))
     assert per_key([(r.key, r.value) for r in replayed]) == per_key(

@@ -10,7 +10,7 @@ import pytest
 
 from seqkeeper.spark_sink.audit import compact_audit
 from seqkeeper.spark_sink.replay import Selection, replay
-from seqkeeper.topics import create_topics, end_offsets_of, read_topic
+from seqkeeper.topics import create_topics, read_topic
 from seqkeeper.verification.workload import generate
 from tests.spark_sink.test_audit import send
 
@@ -52,8 +52,3 @@ def test_replay_reproduces_the_stream(spark, broker, names, tmp_path) -> None:
     stream = f"{category.category}-{w.records[0][0].decode()}"
     some = Selection(stream=stream, from_position=2, to_position=4)
     assert replay(spark, warehouse, some, broker.bootstrap, target, dry_run=True) == 3
-    # a topic that does not exist yet is created, with the partitions asked for
-    fresh = f"fresh-{names['app_id']}"
-    assert replay(spark, warehouse, some, broker.bootstrap, fresh, partitions=2) == 3
-    ends = asyncio.run(end_offsets_of(broker.bootstrap, [fresh]))
-    assert sorted(tp.partition for tp in ends) == [0, 1] and sum(ends.values()) == 3, ends
