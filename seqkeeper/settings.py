@@ -106,11 +106,19 @@ def non_negative_integer(text: str) -> int:
     return value
 
 
-def dotted_path(text: str) -> str:
-    """A field's dotted path (``a.b``), or empty; checked here so that a bad
-    one is a setting error, not a failure when the worker builds its shape."""
-    if text and any(not part for part in text.split(".")):
+def field_path(text: str) -> tuple[str, ...]:
+    """A field's dotted path (``a.b``) as its parts; empty: ``()``."""
+    parts = tuple(text.split(".")) if text else ()
+    if any(not part for part in parts):
         raise ValueError("expected a dotted path of field names, such as meta.key")
+    return parts
+
+
+def dotted_path(text: str) -> str:
+    """A setting holding a :func:`field_path`, checked when read, so that a
+    bad one is a setting error, not a failure when the worker builds its
+    shape."""
+    field_path(text)
     return text
 
 
@@ -809,20 +817,20 @@ class OrderedSettings:
 
     def time_field(self) -> tuple[str, ...]:
         """:attr:`event_time_field` as a path (empty: not configured)."""
-        path = tuple(self.event_time_field.split(".")) if self.event_time_field else ()
-        if any(not part for part in path):
-            raise ValueError(f"event time field: bad path {self.event_time_field!r}")
-        return path
+        try:
+            return field_path(self.event_time_field)
+        except ValueError:
+            raise ValueError(f"event time field: bad path {self.event_time_field!r}") from None
 
     def shape(self, codec: Codec | None = None) -> Shape:
         """Where messages keep their key, sequence and messageId; ``codec``:
         the user's (loaded by the worker), ``None`` for JSON."""
 
         def path(name: str, text: str) -> tuple[str, ...]:
-            parts = tuple(text.split(".")) if text else ()
-            if any(not p for p in parts):
-                raise ValueError(f"{VARS[name].env}: bad dotted path {text!r}")
-            return parts
+            try:
+                return field_path(text)
+            except ValueError:
+                raise ValueError(f"{VARS[name].env}: bad dotted path {text!r}") from None
 
         shape = Shape(
             key_path=path("key_field", self.key_field),

@@ -64,7 +64,7 @@ from rich.table import Table
 
 from seqkeeper.adapter.offsets import as_topic_partitions, committed_ends
 from seqkeeper.broker import LocalBroker
-from seqkeeper.demo import no_reemissions, publish, verify_topics
+from seqkeeper.demo import message_shape, no_reemissions, publish, verify_topics
 from seqkeeper.processors.dead_letter import REASON
 from seqkeeper.security import kafka_options
 from seqkeeper.settings import EXAMPLE_HANDLERS, Settings
@@ -393,6 +393,7 @@ class Chaos:
         cache = TopicCache(
             settings.broker.bootstrap, "read_committed" if exactly else "read_uncommitted"
         )
+        shape = message_shape(settings)  # (once: it loads the codec)
 
         async def run() -> Report:
             await poll(
@@ -402,7 +403,7 @@ class Chaos:
                 1.0,
             )
             return await poll(
-                lambda: verify_topics(settings, drained=True, cache=cache),
+                lambda: verify_topics(settings, drained=True, cache=cache, shape=shape),
                 lambda report: report.ok,
                 deadline,
                 2.0,
