@@ -31,7 +31,7 @@ import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 from seqkeeper.security import kafka_options
-from seqkeeper.state.tokens import TokenSigner
+from seqkeeper.state.tokens import TokenSigner as TokenSigner  # (public: signs commands)
 from seqkeeper.topics import create_topics, topic_partitions
 
 T = TypeVar("T")
