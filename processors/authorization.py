@@ -18,7 +18,11 @@ an argument, whether those claims allow this command:
   ``tenantId``;
 * the ``scope`` claim, OAuth-style space-separated scopes, must allow the
   ``commandType``: ``commands:<commandType>`` allows that type (exactly,
-  case-sensitively), ``commands:*`` every type.
+  case-sensitively), ``commands:*`` every type;
+* the ``value_sha256`` claim (:data:`VALUE_DIGEST_CLAIM`), when the token
+  has one, must be the digest of the command record's value
+  (:func:`value_digest`): such a token is bound to that one command, and
+  whoever reads it off the topic cannot send another command under it.
 
 A refusal raises :class:`Unauthorized`; its detail says why and never holds
 the token (claim values are shortened). Nothing here reads the clock or a
@@ -31,6 +35,8 @@ break its rule refuses it.
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import math
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -44,6 +50,8 @@ TENANT_CLAIM = "tenant"
 #: A scope that allows every commandType; ``commands:<commandType>`` allows one.
 ANY_COMMAND = "commands:*"
 SCOPE_PREFIX = "commands:"
+#: The claim that binds a token to one command's bytes (optional).
+VALUE_DIGEST_CLAIM = "value_sha256"
 #: Longest token read (a bound on the work one record can cause).
 MAX_TOKEN_CHARS = 8192
 
@@ -97,6 +105,12 @@ def bearer(headers: Iterable[tuple[str, bytes | None]]) -> str:
     return token.strip()
 
 
+def value_digest(value: bytes) -> str:
+    """What :data:`VALUE_DIGEST_CLAIM` holds for a record value: its SHA-256,
+    base64url without padding."""
+    return base64.urlsafe_b64encode(hashlib.sha256(value).digest()).rstrip(b"=").decode()
+
+
 def scopes(claims: Mapping[str, Any]) -> frozenset[str]:
     """The token's scopes: its ``scope`` claim split on spaces (RFC 6749
     3.3); none when the claim is missing or not a string."""
@@ -125,10 +139,12 @@ def authorize(
     command_type: str,
     now: float,
     policy: TokenPolicy = TokenPolicy(),
+    value: bytes | None = None,
 ) -> None:
     """Return when verified ``claims`` allow a command of ``command_type``
-    for ``tenant_id`` at ``now`` (seconds since the epoch); else raise
-    :class:`Unauthorized` naming the first rule broken."""
+    for ``tenant_id`` at ``now`` (seconds since the epoch), whose record
+    value is ``value``; else raise :class:`Unauthorized` naming the first
+    rule broken."""
     expires = _time(claims, "exp")
     if expires is None:
         raise Unauthorized("the token has no exp (expiry): a token must expire")
@@ -177,4 +193,11 @@ def authorize(
         raise Unauthorized(
             f"the token's scope does not allow commandType {shown(command_type)} "
             f"(expected {shown(SCOPE_PREFIX + command_type)} or {ANY_COMMAND!r})"
+        )
+    if VALUE_DIGEST_CLAIM in claims and (
+        value is None or claims[VALUE_DIGEST_CLAIM] != value_digest(value)
+    ):
+        raise Unauthorized(
+            f"the token was signed for another command: its {VALUE_DIGEST_CLAIM} is not the "
+            "digest of this command's value"
         )

@@ -13,7 +13,8 @@ skipped once its request is answered.
 :class:`SyncCommandClient` is the same for code without an event loop.
 With a ``signer`` (:class:`seqkeeper.state.tokens.TokenSigner`: a private
 key and its kid), each command carries a token for its own tenant and
-commandType (``SEQKEEPER_COMMAND_AUTH=jwt``, docs/security.md).
+commandType, bound to its bytes (``SEQKEEPER_COMMAND_AUTH=jwt``,
+docs/security.md).
 """
 
 from __future__ import annotations
@@ -199,9 +200,10 @@ class CommandClient:
     async def _send(self, doc: dict[str, Any]) -> None:
         if self._producer is None:
             raise RuntimeError("the client is not started (use it in 'async with')")
-        headers = None if self.signer is None else [self.signer.header(doc, time.time())]
+        value = orjson.dumps(doc)
+        headers = None if self.signer is None else [self.signer.header(doc, time.time(), value)]
         await self._producer.send_and_wait(
-            self.command_topic, orjson.dumps(doc), key=doc["partitionKey"].encode(), headers=headers
+            self.command_topic, value, key=doc["partitionKey"].encode(), headers=headers
         )
 
     async def send(self, command_type: str, key: str, payload: Any, **options: Any) -> str:

@@ -44,8 +44,10 @@ from seqkeeper.processors.authorization import (
     MAX_TOKEN_CHARS,
     SCOPE_PREFIX,
     TENANT_CLAIM,
+    VALUE_DIGEST_CLAIM,
     Unauthorized,
     shown,
+    value_digest,
 )
 from seqkeeper.settings import VARS, SettingError
 
@@ -255,6 +257,7 @@ class TokenSigner:
     """Signs command tokens with a private key known to workers by
     ``key_id``: claims ``tenant``, ``scope`` (``commands:<commandType>``),
     ``iat``, ``exp`` (``lifetime`` seconds later), ``jti`` (the messageId),
+    ``value_sha256`` (binds the token to the command's bytes, when given),
     and ``iss``/``aud`` when given."""
 
     def __init__(
@@ -300,8 +303,11 @@ class TokenSigner:
             dict(claims), self.private_key, algorithm=self.algorithm, headers={"kid": self.key_id}
         )
 
-    def claims(self, command: Mapping[str, Any], now: float) -> dict[str, Any]:
-        """The claims of the token for ``command`` (an envelope) at ``now``."""
+    def claims(
+        self, command: Mapping[str, Any], now: float, value: bytes | None = None
+    ) -> dict[str, Any]:
+        """The claims of the token for ``command`` (an envelope) at ``now``;
+        bound to the record value ``value`` when given."""
         claims: dict[str, Any] = {
             TENANT_CLAIM: command["tenantId"],
             "scope": SCOPE_PREFIX + command["commandType"],
@@ -309,12 +315,18 @@ class TokenSigner:
             "exp": int(now + self.lifetime),
             "jti": command["messageId"],
         }
+        if value is not None:
+            claims[VALUE_DIGEST_CLAIM] = value_digest(value)
         if self.issuer:
             claims["iss"] = self.issuer
         if self.audience:
             claims["aud"] = self.audience
         return claims
 
-    def header(self, command: Mapping[str, Any], now: float) -> tuple[str, bytes]:
-        """The ``authorization`` record header for ``command`` at ``now``."""
-        return AUTHORIZATION, b"Bearer " + self.sign(self.claims(command, now)).encode("ascii")
+    def header(
+        self, command: Mapping[str, Any], now: float, value: bytes | None = None
+    ) -> tuple[str, bytes]:
+        """The ``authorization`` record header for ``command`` at ``now``
+        (bound to its record value ``value`` when given)."""
+        token = self.sign(self.claims(command, now, value))
+        return AUTHORIZATION, b"Bearer " + token.encode("ascii")

@@ -226,7 +226,14 @@ class CommandTopology(OutboxOwner):
         if self.keys is not None:
             try:
                 claims = self.keys.verify(bearer(pairs))
-                authorize(claims, command.tenant_id, command.command_type, now, self.token_policy)
+                authorize(
+                    claims,
+                    command.tenant_id,
+                    command.command_type,
+                    now,
+                    self.token_policy,
+                    command.value,
+                )
             except Unauthorized as exc:
                 self.dead_letter(
                     key,

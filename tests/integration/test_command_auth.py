@@ -3,7 +3,9 @@ commands the client signs for tenant A are applied and answered;
 an unsigned one, one signed for tenant B with tenantId A, one lacking the
 scope and an expired one are each dead-lettered ``unauthorized`` and
 change nothing (the entity, the Message Store and the reply topic show
-it); ``seqkeeper send --signing-key`` works end to end. A worker whose key
+it), and so is a new command under a token read off the topic (the
+client binds each token to its command's bytes); ``seqkeeper send
+--signing-key`` works end to end. A worker whose key
 file is missing or holds a private key stops at start, in one line."""
 
 from __future__ import annotations
@@ -85,6 +87,9 @@ def test_only_commands_signed_for_their_tenant_and_type_are_applied(
             ) as client:
                 reply = await client.request("AddStock", "sku-1", {"quantity": 5}, timeout=60)
                 assert reply.success and reply.version == 1, reply
+            (signed,) = await read_topic(bootstrap, topic)  # as any reader of the topic can
+            stolen = signed.header("authorization")
+            assert stolen is not None and stolen.startswith(b"Bearer ")
             spoofed = {
                 "unsigned": (command("unsigned", "A", "AddStock", refused_replies), []),
                 "tenant-b": (
@@ -99,6 +104,10 @@ def test_only_commands_signed_for_their_tenant_and_type_are_applied(
                     command("expired", "A", "AddStock", refused_replies),
                     [signer.header(command("expired", "A", "AddStock", ""), time.time() - 3600)],
                 ),
+                "replayed": (
+                    command("replayed", "A", "AddStock", refused_replies),
+                    [("authorization", stolen)],
+                ),
             }
             async with AIOKafkaProducer(
                 bootstrap_servers=bootstrap, **kafka_options(), acks="all"
@@ -112,7 +121,7 @@ def test_only_commands_signed_for_their_tenant_and_type_are_applied(
         deadline = time.monotonic() + 60
         while True:
             dead = asyncio.run(read_topic(bootstrap, settings.commands.command_dlq_topic))
-            if len(dead) >= 4 or time.monotonic() > deadline:
+            if len(dead) >= 5 or time.monotonic() > deadline:
                 break
             time.sleep(0.5)
         reasons = {
@@ -123,12 +132,13 @@ def test_only_commands_signed_for_their_tenant_and_type_are_applied(
             for r in dead
         }
         assert {m: reason for m, (reason, _) in reasons.items()} == {
-            m: "unauthorized" for m in ("unsigned", "tenant-b", "no-scope", "expired")
+            m: "unauthorized" for m in ("unsigned", "tenant-b", "no-scope", "expired", "replayed")
         }, worker.log()[-3000:]
         assert "no authorization header" in reasons["unsigned"][1]
         assert "tenant 'B'" in reasons["tenant-b"][1]
         assert "scope does not allow commandType 'AddStock'" in reasons["no-scope"][1]
         assert "expired" in reasons["expired"][1]
+        assert "signed for another command" in reasons["replayed"][1]
         assert all(r.header("authorization") is None for r in dead)
 
         # seqkeeper send, as a user runs it, signs with the key
@@ -142,10 +152,10 @@ def test_only_commands_signed_for_their_tenant_and_type_are_applied(
         assert sent.returncode == 0, sent.stdout + sent.stderr
         answer = json.loads(sent.stdout)
         assert answer["success"] and answer["version"] == 2
-        assert answer["data"]["available"] == 12  # 5 + 7: none of the spoofed 100s
+        assert answer["data"]["available"] == 12  # 5 + 7: none of the refused 100s
 
         table = asyncio.run(load(settings))
-        for refused in ("unsigned", "tenant-b", "no-scope", "expired"):
+        for refused in ("unsigned", "tenant-b", "no-scope", "expired", "replayed"):
             assert lookup(table, message_id=refused) == []  # no receipt
         assert asyncio.run(read_topic(bootstrap, refused_replies)) == []  # no reply
         events = asyncio.run(read_topic(bootstrap, settings.commands.events_topic))

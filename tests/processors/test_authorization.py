@@ -1,11 +1,13 @@
 """The authorization decision (processors.authorization): verified claims
 against a command and the wall clock. Valid claims pass; breaking any one
-rule (tenant, scope, exp, nbf, iat, issuer, audience) refuses, with a
+rule (tenant, scope, exp, nbf, iat, issuer, audience, the bound value) refuses, with a
 detail that names the rule; the decision agrees with an independent
 statement of the rules on arbitrary claims."""
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import math
 from typing import Any
 
@@ -19,6 +21,7 @@ from seqkeeper.processors.authorization import (
     authorize,
     bearer,
     scope_allows,
+    value_digest,
 )
 
 names = st.text(st.characters(codec="utf-8", exclude_characters=" \t\n\r\x0b\x0c"), min_size=1)
@@ -32,10 +35,15 @@ policies = st.builds(
 )
 
 
+Case = tuple[dict[str, Any], str, str, float, TokenPolicy, bytes]
+
+
 @st.composite
-def valid_claims(draw: st.DrawFn) -> tuple[dict[str, Any], str, str, float, TokenPolicy]:
-    """Claims that allow a command (tenant, commandType) at ``now`` under a policy."""
+def valid_claims(draw: st.DrawFn) -> Case:
+    """Claims that allow a command (tenant, commandType, record value) at
+    ``now`` under a policy."""
     tenant, command_type, now, policy = draw(names), draw(names), draw(nows), draw(policies)
+    value = draw(st.binary(max_size=64))
     grant = draw(st.sampled_from([f"commands:{command_type}", "commands:*"]))
     others = draw(st.lists(st.sampled_from(["read", "commands:Other", "openid"]), max_size=3))
     scope = " ".join(draw(st.permutations([grant, *others])))
@@ -53,16 +61,16 @@ def valid_claims(draw: st.DrawFn) -> tuple[dict[str, Any], str, str, float, Toke
         claims["iss"] = policy.issuer
     if policy.audience is not None:
         claims["aud"] = draw(st.sampled_from([policy.audience, [policy.audience, "other"]]))
-    return claims, tenant, command_type, now, policy
+    if draw(st.booleans()):
+        claims["value_sha256"] = value_digest(value)
+    return claims, tenant, command_type, now, policy, value
 
 
 @settings(max_examples=300)
 @given(valid_claims())
-def test_valid_claims_are_allowed(
-    case: tuple[dict[str, Any], str, str, float, TokenPolicy],
-) -> None:
-    claims, tenant, command_type, now, policy = case
-    authorize(claims, tenant, command_type, now, policy)  # no exception
+def test_valid_claims_are_allowed(case: Case) -> None:
+    claims, tenant, command_type, now, policy, value = case
+    authorize(claims, tenant, command_type, now, policy, value)  # no exception
 
 
 #: Each way to break one rule of valid claims, and a word its detail names.
@@ -82,6 +90,7 @@ BREAKS = [
     "wrong-audience",
     "unexpected-audience",
     "missing-audience",
+    "other-value",
 ]
 
 
@@ -131,25 +140,26 @@ def broken(
     if how == "unexpected-audience":
         c["aud"] = "seqkeeper"
         return c, TokenPolicy(policy.leeway, policy.issuer, None), "audience"
-    assert how == "missing-audience"
-    c.pop("aud", None)
-    return c, TokenPolicy(policy.leeway, policy.issuer, "seqkeeper"), "aud"
+    if how == "missing-audience":
+        c.pop("aud", None)
+        return c, TokenPolicy(policy.leeway, policy.issuer, "seqkeeper"), "aud"
+    assert how == "other-value"  # a token signed for another command's bytes
+    c["value_sha256"] = value_digest(d(st.binary(min_size=65, max_size=80)))
+    return c, policy, "signed for another command"
 
 
 @settings(max_examples=600)
 @given(valid_claims(), st.sampled_from(BREAKS), st.data())
-def test_breaking_any_one_rule_refuses(
-    case: tuple[dict[str, Any], str, str, float, TokenPolicy], how: str, data: st.DataObject
-) -> None:
-    claims, tenant, command_type, now, policy = case
+def test_breaking_any_one_rule_refuses(case: Case, how: str, data: st.DataObject) -> None:
+    claims, tenant, command_type, now, policy, value = case
     bad, policy, word = broken(how, claims, command_type, now, policy, data.draw)
     with pytest.raises(Unauthorized) as refused:
-        authorize(bad, tenant, command_type, now, policy)
+        authorize(bad, tenant, command_type, now, policy, value)
     assert word in refused.value.detail, (how, refused.value.detail)
 
 
 def expected(
-    claims: dict[str, Any], tenant: str, command_type: str, now: float, p: TokenPolicy
+    claims: dict[str, Any], tenant: str, command_type: str, now: float, p: TokenPolicy, value: bytes
 ) -> bool:
     """The rules stated again, independently of the implementation."""
 
@@ -169,6 +179,10 @@ def expected(
         if p.audience is None or not isinstance(auds, list) or p.audience not in auds:
             return False
         if not all(isinstance(a, str) for a in auds):
+            return False
+    if "value_sha256" in claims:
+        digest = base64.urlsafe_b64encode(hashlib.sha256(value).digest()).decode().rstrip("=")
+        if claims["value_sha256"] != digest:
             return False
     scope = claims.get("scope")
     words = scope.split(" ") if isinstance(scope, str) else []
@@ -194,22 +208,30 @@ times = st.floats(0.9e9, 4.1e9) | claim_values
             "iat": times,
             "iss": st.sampled_from(["https://issuer.example", "x"]) | claim_values,
             "aud": st.sampled_from(["seqkeeper", ["seqkeeper", "x"], ["x"], [1]]) | claim_values,
+            "value_sha256": st.sampled_from([value_digest(b"v1"), value_digest(b"v2")])
+            | claim_values,
         },
     ),
+    st.sampled_from([b"v1", b"v2"]),
     st.sampled_from(["A", "B"]),
     st.sampled_from(["T", "U"]),
     st.floats(1e9, 4e9),
     policies,
 )
 def test_the_decision_agrees_with_the_rules(
-    claims: dict[str, Any], tenant: str, command_type: str, now: float, policy: TokenPolicy
+    claims: dict[str, Any],
+    value: bytes,
+    tenant: str,
+    command_type: str,
+    now: float,
+    policy: TokenPolicy,
 ) -> None:
     try:
-        authorize(claims, tenant, command_type, now, policy)
+        authorize(claims, tenant, command_type, now, policy, value)
         allowed = True
     except Unauthorized:
         allowed = False
-    assert allowed == expected(claims, tenant, command_type, now, policy)
+    assert allowed == expected(claims, tenant, command_type, now, policy, value)
 
 
 def test_the_boundaries_of_exp_nbf_and_iat() -> None:

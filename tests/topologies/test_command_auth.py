@@ -66,8 +66,12 @@ def command(mid: str, tenant: str = "A", ctype: str = "AddStock") -> dict[str, A
 
 def headers(kind: str, doc: dict[str, Any]) -> list[tuple[str, bytes]]:
     """The record headers of ``doc`` sent as ``kind``."""
-    if kind == "signed":
+    if kind == "signed":  # as the client signs: bound to the command's bytes
+        return [SIGNER.header(doc, NOW, orjson.dumps(doc))]
+    if kind == "unbound":  # as an issuer that does not bind tokens signs
         return [SIGNER.header(doc, NOW)]
+    if kind == "other-command":  # a token read off the topic, on a command of one's own
+        return [SIGNER.header(doc, NOW, orjson.dumps({**doc, "payload": {"quantity": 1}}))]
     if kind == "unsigned":
         return []
     if kind == "other-tenant":
@@ -85,7 +89,7 @@ def feed(topology: CommandTopology, offset: int, kind: str, doc: dict[str, Any])
     topology.on_record(0, offset, b"sku-1", orjson.dumps(doc), headers(kind, doc), 1.0, NOW)
 
 
-REFUSED = ["unsigned", "other-tenant", "no-scope", "expired", "rogue-key"]
+REFUSED = ["unsigned", "other-tenant", "no-scope", "expired", "rogue-key", "other-command"]
 
 
 @pytest.mark.parametrize("kind", REFUSED)
@@ -133,16 +137,16 @@ def test_auth_on_without_usable_keys_fails_when_built(tmp_path: Path) -> None:
 @settings(
     max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
-@given(st.lists(st.sampled_from(["signed", *REFUSED]), min_size=1, max_size=12))
+@given(st.lists(st.sampled_from(["signed", "unbound", *REFUSED]), min_size=1, max_size=12))
 def test_only_allowed_commands_are_applied(tmp_path: Path, kinds: list[str]) -> None:
-    """Whatever the mix: the entity's version counts the signed commands,
-    each refused one is one dead letter, and only the signed are answered."""
+    """Whatever the mix: the entity's version counts the allowed commands,
+    each refused one is one dead letter, and only the allowed are answered."""
     memory = MemoryStore()
     topology = topology_of(memory, keys_file(tmp_path))
     for offset, kind in enumerate(kinds):
         feed(topology, offset, kind, command(f"m{offset}"))
     sent = topology.take().records
-    allowed = [n for n, kind in enumerate(kinds) if kind == "signed"]
+    allowed = [n for n, kind in enumerate(kinds) if kind in ("signed", "unbound")]
     replies = [orjson.loads(v or b"")["causationId"] for t, _, v, _ in sent if t == "replies"]
     assert replies == [f"m{n}" for n in allowed]
     dead = [t for t, _, _, _ in sent if t == "commands.dlq"]
