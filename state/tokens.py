@@ -285,7 +285,10 @@ class TokenSigner:
         try:
             data = Path(path).read_bytes()
         except OSError as e:
-            raise BadKey(f"signing key {str(path)!r}: cannot read it ({e.strerror or e})") from None
+            raise BadKey(
+                f"signing key {str(path)!r}: cannot read it ({e.strerror or e}): give the PEM "
+                "private key file whose public key the workers trust"
+            ) from None
         try:
             key = serialization.load_pem_private_key(data, password=None)
         except (ValueError, TypeError):

@@ -195,3 +195,32 @@ def test_a_worker_with_a_bad_key_file_stops_at_start_in_one_line(
     assert len(lines) == 1 and lines[0].startswith("error: SEQKEEPER_JWT_KEYS="), run.stderr
     assert ("cannot read it" if problem == "missing" else "k2.pem holds a private key") in lines[0]
     assert "BEGIN" not in run.stderr
+
+
+def test_send_with_a_key_it_cannot_use_stops_in_one_line(tmp_path: Path) -> None:
+    """Before any broker is asked."""
+    private, trusted = key_files(tmp_path)
+    base = [
+        sys.executable,
+        "-m",
+        "seqkeeper",
+        "send",
+        "-b",
+        "127.0.0.1:1",
+        "--type",
+        "T",
+        "--key",
+        "k",
+    ]
+    for key, why in (
+        (tmp_path / "nope.pem", "cannot read it (No such file or directory)"),
+        (trusted / "k1.pem", "not an unencrypted PEM private key"),
+    ):
+        run = subprocess.run(
+            [*base, "--signing-key", str(key), "--key-id", "k1"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert run.returncode == 2, run.stdout + run.stderr
+        assert run.stderr.count("\n") == 1 and why in run.stderr and "BEGIN" not in run.stderr
