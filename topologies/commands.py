@@ -223,29 +223,11 @@ class CommandTopology(OutboxOwner):
         except InvalidMessage as exc:
             self.dead_letter(key, value, exc.reason, exc.detail, partition, offset, timestamp)
             return None
-        if self.keys is not None:
-            try:
-                claims = self.keys.verify(bearer(pairs))
-                authorize(
-                    claims,
-                    command.tenant_id,
-                    command.command_type,
-                    now,
-                    self.token_policy,
-                    command.value,
-                )
-            except Unauthorized as exc:
-                self.dead_letter(
-                    key,
-                    value,
-                    CommandReason.UNAUTHORIZED,
-                    exc.detail,
-                    partition,
-                    offset,
-                    timestamp,
-                    "seqkeeper.Unauthorized",
-                )
-                return None
+        refused = self.refusal(pairs, command, now)
+        if refused is not None:  # before anything of it is read or written
+            why, cls = CommandReason.UNAUTHORIZED, "seqkeeper.Unauthorized"
+            self.dead_letter(key, value, why, refused, partition, offset, timestamp, cls)
+            return None
         entity = self.store.entity(partition, command.entity)
         receipt = self.store.receipt(partition, command.receipt_id)
         millis = None if timestamp is None else int(timestamp * 1000)
@@ -254,6 +236,25 @@ class CommandTopology(OutboxOwner):
             return self.attempt(partition, command, now, False, origin, self.epoch)
         decision = decide(self.registry, entity, receipt, command, now, self.retry, origin=origin)
         self.apply(partition, command.entity, decision, entity, receipt)
+        return None
+
+    def refusal(self, headers: Any, command: Command, now: float) -> str | None:
+        """Why ``command``'s token (in record ``headers``) does not allow it
+        at ``now``; None when it does, or when no token is asked for."""
+        if self.keys is None:
+            return None
+        try:
+            claims = self.keys.verify(bearer(headers))
+            authorize(
+                claims,
+                command.tenant_id,
+                command.command_type,
+                now,
+                self.token_policy,
+                command.value,
+            )
+        except Unauthorized as exc:
+            return exc.detail
         return None
 
     # -- async handlers ------------------------------------------------------
