@@ -79,6 +79,9 @@ class CommandReason:
     INVALID_ENVELOPE = "invalid-envelope"
     KEY_MISMATCH = "key-mismatch"
     TENANT_MISMATCH = "tenant-mismatch"
+    #: SEQKEEPER_COMMAND_AUTH=jwt: the token does not allow the command
+    #: (:mod:`processors.authorization`)
+    UNAUTHORIZED = "unauthorized"
     UNKNOWN_COMMAND_TYPE = "unknown-command-type"
     UNSUPPORTED_SCHEMA_VERSION = "unsupported-schema-version"
     HANDLER_FAILED = "handler-failed"

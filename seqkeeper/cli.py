@@ -856,6 +856,16 @@ def send(
     expected_version: Annotated[
         Optional[int], typer.Option(help="Apply only at this entity version.")
     ] = None,
+    signing_key: Annotated[
+        Optional[Path],
+        typer.Option(
+            help="Sign the command: a PEM private key (EC, RSA or Ed25519) whose public key "
+            "the workers trust (SEQKEEPER_COMMAND_AUTH=jwt); needs --key-id."
+        ),
+    ] = None,
+    key_id: Annotated[
+        Optional[str], typer.Option(help="The signing key's kid, as the workers know it.")
+    ] = None,
 ) -> None:
     """Send a command to the command worker and print its reply as JSON:
     exit 0 on a success reply, 1 on a failure reply, 3 when none came in
@@ -866,12 +876,27 @@ def send(
     from aiokafka.errors import KafkaError
 
     from seqkeeper.client import CommandClient, ReplyTimeout
+    from seqkeeper.state.tokens import BadKey, TokenSigner
 
     try:
         body = json.loads(payload)
     except ValueError as e:
         raise typer.BadParameter(f"not JSON: {e}", param_hint="--payload") from None
     settings = settings_of(bootstrap=broker, command_topic=command_topic, connects=True)
+    signer = None
+    if (signing_key is None) != (key_id is None):
+        raise typer.BadParameter("give both or neither", param_hint="--signing-key, --key-id")
+    if signing_key is not None and key_id is not None:
+        try:  # the token names the issuer and audience the workers check
+            signer = TokenSigner.from_file(
+                signing_key,
+                key_id,
+                issuer=settings.commands.jwt_issuer,
+                audience=settings.commands.jwt_audience,
+            )
+        except BadKey as e:
+            typer.echo(f"error: {e}", err=True)
+            raise typer.Exit(2) from None
     if not settings.broker.bootstrap:
         typer.echo("error: no broker: give --broker or set KAFKA_BOOTSTRAP_SERVERS", err=True)
         raise typer.Exit(2)
@@ -885,6 +910,7 @@ def send(
             command_topic=settings.commands.command_topic,
             client_id="seqkeeper-send",
             reply_topic=reply_topic,
+            signer=signer,
         )
         try:
             await asyncio.wait_for(client.start(), 30)

@@ -11,12 +11,17 @@ skipped once its request is answered.
 
 ``async with CommandClient(bootstrap) as client: await client.request(...)``;
 :class:`SyncCommandClient` is the same for code without an event loop.
+With a ``signer`` (:class:`seqkeeper.state.tokens.TokenSigner`: a private
+key and its kid), each command carries a token for its own tenant and
+commandType, bound to its bytes (``SEQKEEPER_COMMAND_AUTH=jwt``,
+docs/security.md).
 """
 
 from __future__ import annotations
 
 import asyncio
 import threading
+import time
 import uuid
 from collections.abc import Coroutine
 from dataclasses import dataclass
@@ -27,6 +32,7 @@ import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 from seqkeeper.security import kafka_options
+from seqkeeper.state.tokens import TokenSigner as TokenSigner  # (public: signs commands)
 from seqkeeper.topics import create_topics, topic_partitions
 
 T = TypeVar("T")
@@ -78,7 +84,8 @@ class Reply:
 
 class CommandClient:
     """Sends commands to the command worker; :meth:`request` waits for the
-    reply. ``tenant``: the ``tenantId`` of commands that name none."""
+    reply. ``tenant``: the ``tenantId`` of commands that name none;
+    ``signer``: signs each command's token (none: commands are unsigned)."""
 
     def __init__(
         self,
@@ -89,8 +96,10 @@ class CommandClient:
         reply_topic: str | None = None,
         tenant: str = "default",
         reply_partitions: int = 1,
+        signer: TokenSigner | None = None,
     ) -> None:
         self.bootstrap = bootstrap
+        self.signer = signer
         self.command_topic = command_topic
         self.client_id = client_id
         self.reply_topic = reply_topic or f"{client_id}.replies"
@@ -191,8 +200,10 @@ class CommandClient:
     async def _send(self, doc: dict[str, Any]) -> None:
         if self._producer is None:
             raise RuntimeError("the client is not started (use it in 'async with')")
+        value = orjson.dumps(doc)
+        headers = None if self.signer is None else [self.signer.header(doc, time.time(), value)]
         await self._producer.send_and_wait(
-            self.command_topic, orjson.dumps(doc), key=doc["partitionKey"].encode()
+            self.command_topic, value, key=doc["partitionKey"].encode(), headers=headers
         )
 
     async def send(self, command_type: str, key: str, payload: Any, **options: Any) -> str:

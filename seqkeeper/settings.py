@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
+from seqkeeper.processors.authorization import TokenPolicy
 from seqkeeper.processors.deduplicator import Retention
 from seqkeeper.processors.envelope import DEFAULT_SHAPE, Codec, Shape
 from seqkeeper.processors.resequencer import Policy
@@ -903,9 +904,43 @@ class CommandSettings:
         seconds,
         "s",
     )
+    command_auth: str = var(
+        "SEQKEEPER_COMMAND_AUTH",
+        "off",
+        "Whether each command must carry a signed token: off, or jwt (an authorization: Bearer "
+        "<JWT> record header; its tenant claim must equal tenantId, its scope allow the "
+        "commandType, else the command is dead-lettered unauthorized; docs/security.md).",
+        choice("off", "jwt"),
+    )
+    jwt_keys: str = var(
+        "SEQKEEPER_JWT_KEYS",
+        "",
+        "The public keys that verify command tokens, by kid (several during a rotation): a "
+        "JWKS file, or a directory of <kid>.pem files. Read at start.",
+    )
+    jwt_issuer: str = var(
+        "SEQKEEPER_JWT_ISSUER", "", "The iss a command token must have. Empty: not checked."
+    )
+    jwt_audience: str = var(
+        "SEQKEEPER_JWT_AUDIENCE",
+        "",
+        "The aud a command token must name. Empty: a token that names one is refused.",
+    )
+    jwt_leeway: float = var(
+        "SEQKEEPER_JWT_LEEWAY",
+        "30",
+        "Clock skew allowed on a command token's exp, nbf and iat (exp is required).",
+        seconds,
+        "s",
+    )
 
     def topics(self) -> list[str]:
         return [self.command_topic, self.events_topic, self.command_dlq_topic]
+
+    def token_policy(self) -> TokenPolicy:
+        """What a command's verified token is checked against
+        (:func:`processors.authorization.authorize`)."""
+        return TokenPolicy(self.jwt_leeway, self.jwt_issuer or None, self.jwt_audience or None)
 
 
 @dataclass(frozen=True)

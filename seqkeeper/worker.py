@@ -132,7 +132,9 @@ def run_worker(settings: Settings) -> None:
     wiring: Callable[[Settings], Wiring]
     codec = None
     if settings.runtime.topology == "commands":
-        wiring = functools.partial(commands.wiring, registry=handlers_of(settings))
+        wiring = functools.partial(
+            commands.wiring, registry=handlers_of(settings), keys=commands.token_keys(settings)
+        )
     else:
         processor = (
             load_processor(settings.ordered.processor) if settings.ordered.processor else None

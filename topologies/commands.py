@@ -21,6 +21,15 @@ return a coroutine that goes on with the rest in order. A sync handler runs
 inside the synchronous block, as it always did, and is never interrupted
 (the timeout cannot stop it).
 
+With ``SEQKEEPER_COMMAND_AUTH=jwt`` a command is authorized before
+anything else is read or written for it: its ``authorization`` header's
+token must verify with a trusted key (:class:`state.tokens.TokenKeys`) and
+its claims allow the command at the wall clock's ``now``
+(:func:`processors.authorization.authorize`); else it is dead-lettered
+``unauthorized`` (its headers, the token among them, are not copied) and
+nothing else happens: no receipt, no entity change, no events, no reply. A
+retry on the timer is the command authorized on arrival.
+
 Entities and receipts are kept per tenant (the command's ``tenantId``, which
 a ``tenant`` header must equal): another tenant's command with the same
 messageId is a command of its own, never a duplicate. Receipts, retries and
@@ -39,9 +48,11 @@ from typing import Any
 import orjson
 from prometheus_client import CollectorRegistry, Counter
 
+from seqkeeper.processors.authorization import Unauthorized, authorize, bearer
 from seqkeeper.processors.command import (
     DEAD_LETTER,
     Command,
+    CommandReason,
     Decision,
     Entity,
     Handler,
@@ -74,6 +85,7 @@ from seqkeeper.runtime.protocol import (
 from seqkeeper.settings import Settings
 from seqkeeper.state.commands import CommandStore
 from seqkeeper.state.timers import Deadlines
+from seqkeeper.state.tokens import TokenKeys, load_keys
 from seqkeeper.topologies.queries import COMMANDS
 
 log = logging.getLogger("seqkeeper.commands")
@@ -107,8 +119,20 @@ class CommandMetrics:
 
 
 class CommandTopology(OutboxOwner):
-    def __init__(self, settings: Settings, store: CommandStore, registry: Registry) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        store: CommandStore,
+        registry: Registry,
+        keys: TokenKeys | None = None,
+    ) -> None:
         self.settings = settings
+        #: with SEQKEEPER_COMMAND_AUTH=jwt, the keys that verify command
+        #: tokens (``keys``, else read from SEQKEEPER_JWT_KEYS); else None
+        self.keys = None
+        if settings.commands.command_auth == "jwt":
+            self.keys = keys or token_keys(settings)
+        self.token_policy = settings.commands.token_policy()
         self.store = store
         self.registry = registry
         self.retry = RetryPolicy(
@@ -199,6 +223,11 @@ class CommandTopology(OutboxOwner):
         except InvalidMessage as exc:
             self.dead_letter(key, value, exc.reason, exc.detail, partition, offset, timestamp)
             return None
+        refused = self.refusal(pairs, command, now)
+        if refused is not None:  # before anything of it is read or written
+            why, cls = CommandReason.UNAUTHORIZED, "seqkeeper.Unauthorized"
+            self.dead_letter(key, value, why, refused, partition, offset, timestamp, cls)
+            return None
         entity = self.store.entity(partition, command.entity)
         receipt = self.store.receipt(partition, command.receipt_id)
         millis = None if timestamp is None else int(timestamp * 1000)
@@ -207,6 +236,25 @@ class CommandTopology(OutboxOwner):
             return self.attempt(partition, command, now, False, origin, self.epoch)
         decision = decide(self.registry, entity, receipt, command, now, self.retry, origin=origin)
         self.apply(partition, command.entity, decision, entity, receipt)
+        return None
+
+    def refusal(self, headers: Any, command: Command, now: float) -> str | None:
+        """Why ``command``'s token (in record ``headers``) does not allow it
+        at ``now``; None when it does, or when no token is asked for."""
+        if self.keys is None:
+            return None
+        try:
+            claims = self.keys.verify(bearer(headers))
+            authorize(
+                claims,
+                command.tenant_id,
+                command.command_type,
+                now,
+                self.token_policy,
+                command.value,
+            )
+        except Unauthorized as exc:
+            return exc.detail
         return None
 
     # -- async handlers ------------------------------------------------------
@@ -518,12 +566,22 @@ def _topic_name(name: str) -> str:
     return name
 
 
-def wiring(settings: Settings, registry: Registry) -> Wiring:
-    """How the runtime wires the command topology over ``registry``'s handlers."""
+def token_keys(settings: Settings) -> TokenKeys | None:
+    """The keys that verify command tokens when ``settings`` ask for them
+    (``SEQKEEPER_COMMAND_AUTH=jwt``), else None; a missing or bad key file
+    is a :class:`~seqkeeper.settings.SettingError` in one line."""
+    if settings.commands.command_auth != "jwt":
+        return None
+    return load_keys(settings.commands.jwt_keys)
+
+
+def wiring(settings: Settings, registry: Registry, keys: TokenKeys | None = None) -> Wiring:
+    """How the runtime wires the command topology over ``registry``'s
+    handlers (``keys``: the command tokens' keys, read at start)."""
     return Wiring(
         input_topic=settings.commands.command_topic,
         table="commands",
-        build=lambda store: CommandTopology(settings, CommandStore(store), registry),
+        build=lambda store: CommandTopology(settings, CommandStore(store), registry, keys),
         output_topic=_topic_name,
         registry=lambda topology: topology.metrics.registry,
         probe=lambda topology: {"owned": topology.owned},
