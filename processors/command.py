@@ -62,7 +62,7 @@ from typing import Any, Literal, TypeVar
 
 import orjson
 
-from seqkeeper.processors.dead_letter import dead_letter_headers
+from seqkeeper.processors.dead_letter import DETAIL, dead_letter_headers
 from seqkeeper.processors.envelope import InvalidMessage, parse_time
 from seqkeeper.processors.values import value
 
@@ -537,16 +537,8 @@ def decide(
     stored = entity.pending(mid)
     if stored is not None:  # not yet dispatched: dispatch the same messages again
         repaired = receipt
-        if receipt is None:  # a crash cut the receipt write that followed
-            repaired = Receipt(
-                mid,
-                "COMPLETED",
-                command.entity,
-                command.command_type,
-                command.correlation_id,
-                now,
-                now,
-            )
+        if receipt is None or receipt.status == "PROCESSING":  # a crash cut the receipt write
+            repaired = recovered_receipt(command.entity, mid, stored, now, receipt, command)
         return Decision(
             receipt=repaired if repaired is not receipt else None, dispatch=stored, duplicate=True
         )
@@ -674,11 +666,91 @@ def decide(
     )
 
 
+def recovered_receipt(
+    entity_id: str,
+    command_id: str,
+    messages: tuple[Outgoing, ...],
+    now: float,
+    known: Receipt | None = None,
+    command: Command | None = None,
+) -> Receipt:
+    """The receipt of a command whose outbox entry ``messages`` (in entity
+    ``entity_id``) survived a crash that cut the receipt write after it;
+    ``known``: the receipt the crash left (none, or the PROCESSING one of
+    the attempt before), ``command``: a copy of the command, if at hand.
+
+    The entity record (version, state and outbox in one write) is written
+    before the receipt, so a crash can keep the first without the second.
+    The outbox entry is then the only record that the command was decided,
+    and it must not leave the entity before a receipt is written (else a
+    copy, finding neither, is applied again: issue 44). The messages say
+    what a copy needs: the status (a dead letter: FAILED; else the reply's
+    ``success``, a failure naming no entity version being an expiry; else
+    events only: COMPLETED), the reply sent (sent again on request), the
+    correlationId. The command type, receive time and attempts come from
+    ``command`` and ``known`` (else from the dead letter's command; a type
+    found nowhere is ``""``).
+    """
+    reply = letter = None
+    for m in messages:
+        if m.topic == DEAD_LETTER:
+            letter = m
+        elif m.message_id == f"{command_id}:reply":
+            reply = m
+    first = _document(messages[0].value) if messages else {}
+    status: Status = "COMPLETED"
+    error = None
+    attempts = known.attempts if known is not None else 0
+    if letter is not None:
+        headers = dict(letter.headers)
+        status, error = "FAILED", headers.get(DETAIL, b"").decode("utf-8", "replace")
+        count = headers.get("seqkeeper.attempts", b"")
+        attempts = int(count) if count.isdigit() else attempts
+        first = _document(letter.value)  # the command itself
+    elif reply is not None and (body := _document(reply.value)).get("success") is False:
+        status = "FAILED" if "version" in body else "EXPIRED"
+        error = str(body.get("message"))
+    else:
+        attempts += 1  # (the handler ran)
+    if command is not None:
+        command_type, correlation_id = command.command_type, command.correlation_id
+    elif known is not None:
+        command_type, correlation_id = known.command_type, known.correlation_id
+    else:
+        command_type = str(first.get("commandType", ""))
+        correlation_id = str(first.get("correlationId", ""))
+    received = known.received_at if known is not None else now
+    return Receipt(
+        command_id,
+        status,
+        entity_id,
+        command_type,
+        correlation_id,
+        received,
+        now,
+        attempts,
+        error,
+        reply,
+    )
+
+
+def _document(raw: bytes) -> dict[str, Any]:
+    """A message's JSON object (``{}`` if it is none)."""
+    try:
+        doc = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return {}
+    return doc if isinstance(doc, dict) else {}
+
+
 def mark_dispatched(
     entity: Entity, receipt: Receipt | None, command_id: str, now: float
 ) -> tuple[Entity, Receipt | None]:
     """The command's messages are durable downstream: drop them from the
-    outbox (keeping the reply in the receipt, to send again on request)."""
+    outbox (keeping the reply in the receipt, to send again on request).
+    ``receipt`` must be the command's finished receipt, written before the
+    entity without the entry: when a crash left none, or a PROCESSING one,
+    write :func:`recovered_receipt` first (the shell's confirm does)."""
     outbox = tuple((cid, msgs) for cid, msgs in entity.outbox if cid != command_id)
     done = receipt
     if receipt is not None and not receipt.dispatched:

@@ -23,7 +23,10 @@ assignment sweep look at something is written before the thing (``o``
 before the entity, ``W`` before the receipt) and deleted after it; the
 entity (state and outbox in one record) before the receipt; on dispatch,
 the receipt before the entity. What such a sweep finds stale it ignores and
-deletes.
+deletes. So a command's decision is always remembered by its outbox entry
+or its receipt: a crash between the entity and the receipt leaves the entry
+alone, and the dispatch writes the receipt the entry tells
+(:func:`processors.command.recovered_receipt`) before it drops the entry.
 
 The layout without tenants is read, never written: ``r`` + messageId ->
 the receipt, ``w`` + messageId, ``c`` + correlationId + NUL + messageId,

@@ -9,7 +9,8 @@ in the topology's outbox. The runtime's commit protocol
 (:mod:`seqkeeper.runtime.task`) produces them once the state is durable and then marks them dispatched (drops them from the
 entity, keeps the receipt). On every assignment the worker dispatches again
 whatever an entity still holds (a crash between persist and dispatch, or
-between dispatch and mark). Retries of transient handler failures and the
+between dispatch and mark), and its mark first writes the receipt a crash
+between the entity and the receipt cut (:meth:`CommandTopology.confirm`). Retries of transient handler failures and the
 cleanup of old receipts run on a timer.
 
 Async handlers (``async def``): the command's run is awaited first, stopped
@@ -68,6 +69,7 @@ from seqkeeper.processors.command import (
     mark_dispatched,
     parse_command,
     receipt_id,
+    recovered_receipt,
     returned,
     timed_out,
     unscoped,
@@ -517,11 +519,26 @@ class CommandTopology(OutboxOwner):
             entity = self.store.entity(partition, entity_id)
             tenant = unscoped(entity_id)[0]
             for cid in command_ids:
-                if entity.pending(cid) is None:
+                messages = entity.pending(cid)
+                if messages is None:
                     continue
-                entity, receipt = mark_dispatched(
-                    entity, self.store.receipt(partition, receipt_id(tenant, cid)), cid, now
-                )
+                receipt = self.store.receipt(partition, receipt_id(tenant, cid))
+                # The entity (with this outbox entry) is written before the
+                # command's receipt, so a crash between the two leaves the
+                # entry alone (or beside the PROCESSING receipt of the attempt
+                # before), and the assignment sweep dispatches and confirms it.
+                # The entry must not leave the entity before a finished
+                # receipt is written, or a copy of the command, finding
+                # neither, is applied again. So: 1. the receipt the entry
+                # tells (with its correlation entry); 2. the mark (receipt
+                # dispatched, then the entity without the entry). A crash
+                # after 1 leaves entry and receipt: a copy is a duplicate
+                # (the entry is dispatched again), the next sweep marks it.
+                if receipt is None or receipt.status == "PROCESSING":
+                    repaired = recovered_receipt(entity_id, cid, messages, now, receipt)
+                    self.store.save(partition, entity_id, None, repaired, receipt)
+                    receipt = repaired
+                entity, receipt = mark_dispatched(entity, receipt, cid, now)
                 self.store.dispatched(partition, entity_id, entity, receipt)
 
     def dead_letter(

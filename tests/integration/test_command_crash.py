@@ -1,0 +1,130 @@
+"""A crash between a command's entity write and its receipt write, on a real
+broker, under at_least_once (issue 44, point 7).
+
+No fault hook stops a worker between two writes of one command, so the test
+puts on the changelog what such a crash leaves there: the prefix of the
+command's writes up to its entity record (state, version 1 and the outbox),
+made by the command topology itself, and no receipt. The command is still
+on the input (its offset was never committed). A worker starts on it: the
+assignment sweep dispatches the outbox and confirms it, the command is read
+again, and once everything is confirmed the client sends a copy of it (a
+retry after its reply timed out). The command must stay applied once: the
+entity at version 1, every event and reply byte-identical to the stored
+ones, the copy answered with the stored reply, a receipt COMPLETED and
+dispatched. (Before the fix the confirmation dropped the outbox without a
+receipt, and a copy read after it was applied a second time; a copy read
+before it got a receipt without the reply, so the client's retry got no
+answer.)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import orjson
+import pytest
+
+from seqkeeper.inspect import changelog_topic, load, lookup
+from seqkeeper.plugins import load_registry
+from seqkeeper.state.commands import CommandStore, decode_entity
+from seqkeeper.topics import create_topics, read_topic
+from seqkeeper.topologies.commands import CommandTopology
+from seqkeeper.worker import WorkerProcess
+from tests.topologies.test_crash_consistency import LoggedStore
+
+pytestmark = pytest.mark.integration
+
+
+def test_a_command_cut_between_entity_and_receipt_is_applied_once(
+    make_settings, names, tmp_path
+) -> None:
+    from aiokafka import AIOKafkaProducer
+
+    tag = names["app_id"]
+    settings = make_settings(
+        topology="commands", partitions=1, processing_guarantee="at_least_once"
+    )
+    bootstrap, replies = settings.broker.bootstrap, f"replies-{tag}"
+    changelog = changelog_topic(settings)
+    asyncio.run(create_topics(bootstrap, [*settings.topics(), replies, changelog], 1))
+    command = orjson.dumps(
+        {
+            "messageId": "m1",
+            "commandType": "AddStock",
+            "schemaVersion": 1,
+            "correlationId": "corr-m1",
+            "partitionKey": "sku-1",
+            "tenantId": "t1",
+            "replyTo": replies,
+            "payload": {"quantity": 3},
+        }
+    )
+    # What the worker writes for this command, in order; a crash kept the
+    # writes up to the entity record.
+    writes: list[tuple[int, bytes, bytes | None]] = []
+    registry = load_registry(settings.commands.handlers)
+    first = CommandTopology(settings, CommandStore(LoggedStore(writes)), registry)
+    first.on_assigned({0})
+    first.on_record(0, 0, b"sku-1", command, [], None, time.time())
+    keys = [key[:1] for _, key, _ in writes]
+    assert keys[:3] == [b"o", b"e", b"R"], keys  # (the write order this test is about)
+    kept = writes[: keys.index(b"e") + 1]
+    stored = decode_entity(kept[-1][2]).pending("m1")
+    assert stored is not None
+    stored_reply = next(m.value for m in stored if m.message_id == "m1:reply")
+    stored_event = next(m.value for m in stored if m.message_id == "m1:1")
+
+    async def produce(records: list[tuple[str, bytes, bytes | None]]) -> None:
+        producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all")
+        await producer.start()
+        try:
+            for topic, key, value in records:
+                await producer.send_and_wait(topic, value, key=key, partition=0)
+        finally:
+            await producer.stop()
+
+    asyncio.run(produce([(changelog, key, value) for _, key, value in kept]))
+    asyncio.run(produce([(settings.commands.command_topic, b"sku-1", command)]))
+
+    def confirmed() -> bool:
+        table = asyncio.run(load(settings))
+        entity = decode_entity(table.get(b"e2:t1/sku-1"))
+        found = lookup(table, message_id="m1")
+        return entity.outbox == () and bool(found) and found[0]["command"]["dispatched"]
+
+    def wait_for(what: str, done, worker: WorkerProcess) -> None:  # type: ignore[no-untyped-def]
+        deadline = time.monotonic() + 120
+        while not done():
+            worker.check_alive()
+            assert time.monotonic() < deadline, f"{what}; {worker.log()[-3000:]}"
+            time.sleep(0.5)
+
+    def read(topic: str) -> list[bytes]:
+        return [r.value for r in asyncio.run(read_topic(bootstrap, topic)) if r.value is not None]
+
+    worker = WorkerProcess(settings, tmp_path / "worker.log").start()
+    try:
+        # the sweep's dispatch and the command read again: two replies
+        wait_for("two replies", lambda: len(read(replies)) >= 2, worker)
+        wait_for("the outbox confirmed, with a receipt", confirmed, worker)
+        asyncio.run(produce([(settings.commands.command_topic, b"sku-1", command)]))
+        wait_for("the client's copy answered", lambda: len(read(replies)) >= 3, worker)
+        time.sleep(1.0)  # a later reply or event would be a second effect: give one time
+        answers, events = read(replies), read(settings.commands.events_topic)
+        table = asyncio.run(load(settings))
+    finally:
+        assert worker.stop() == 0
+    assert answers == [stored_reply] * 3
+    assert events and set(events) == {stored_event}
+    entity = decode_entity(table.get(b"e2:t1/sku-1"))
+    assert (entity.version, entity.state, entity.outbox) == (
+        1,
+        {"available": 3, "reserved": {}},
+        (),
+    )
+    (found,) = lookup(table, message_id="m1")
+    receipt = found["command"]
+    assert (receipt["status"], receipt["dispatched"]) == ("COMPLETED", True)
+    assert receipt["reply"] == stored_reply.decode()
+    assert [c["command"]["message_id"] for c in lookup(table, correlation_id="corr-m1")] == ["m1"]
