@@ -183,3 +183,26 @@ def test_an_undeliverable_reply_is_dead_lettered_and_the_others_go_on(guarantee:
     receipt = store.receipt(0, receipt_id("t1", "m1"))
     assert isinstance(receipt, Receipt) and receipt.dispatched and receipt.status == "COMPLETED"
     assert isinstance(receipt.reply, Outgoing) and receipt.reply.topic == "missing.replies"
+
+
+def test_the_letters_and_every_command_reason_match_the_dead_letter_schema() -> None:
+    import json
+    from pathlib import Path
+
+    from jsonschema import Draft202012Validator
+
+    from seqkeeper.processors.command import CommandReason
+    from seqkeeper.processors.dead_letter import dead_letter_headers
+    from seqkeeper.processors.return_address import undeliverable_letter
+
+    schema = Path(__file__).resolve().parents[2] / "schemas" / "dead-letter-headers.schema.json"
+    valid = Draft202012Validator(json.loads(schema.read_text())).is_valid
+    reasons = [v for k, v in vars(CommandReason).items() if k.isupper()]
+    assert "invalid-reply-to" in reasons and "reply-undeliverable" in reasons
+    for reason in set(reasons) - {"reply-undeliverable"}:  # (that one: below)
+        doc = {k: v.decode() for k, v in dead_letter_headers(reason, "why", "cmd", 0, 4)}
+        assert valid(doc), reason
+    letter = undeliverable_letter((), "gone.replies", "missing", "cmd", 0)
+    assert valid({k: v.decode() for k, v in letter})
+    without = [(k, v) for k, v in letter if k != "seqkeeper.reply-to"]
+    assert not valid({k: v.decode() for k, v in without})
