@@ -29,7 +29,9 @@ the broker before the state that produced it.
    its outputs are not; the new owner finds them unconfirmed and emits
    them again (:meth:`Topology.on_assigned`).
 4. **Produce** the batch, after the batch taken before it, and wait for
-   its acknowledgements. *Crash*: some or all outputs are on the broker,
+   its acknowledgements (a record whose topic input chose, a reply, and
+   that the broker says would not take it, is first replaced by the
+   topology's dead letter: :meth:`Task._deliverable`). *Crash*: some or all outputs are on the broker,
    unconfirmed: the new owner emits them again, identical (at-least-once,
    duplicates byte-identical).
 5. **Confirm**: the topology records per key how far its output is durable
