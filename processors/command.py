@@ -85,6 +85,10 @@ class CommandReason:
     UNKNOWN_COMMAND_TYPE = "unknown-command-type"
     UNSUPPORTED_SCHEMA_VERSION = "unsupported-schema-version"
     HANDLER_FAILED = "handler-failed"
+    #: ``replyTo`` names a topic replies may not go to (processors/return_address.py)
+    INVALID_REPLY_TO = "invalid-reply-to"
+    #: the reply's topic does not exist or may not be written (the command was applied)
+    REPLY_UNDELIVERABLE = "reply-undeliverable"
 
 
 class DomainError(Exception):

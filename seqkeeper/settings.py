@@ -24,6 +24,7 @@ from seqkeeper.processors.authorization import TokenPolicy
 from seqkeeper.processors.deduplicator import Retention
 from seqkeeper.processors.envelope import DEFAULT_SHAPE, Codec, Shape
 from seqkeeper.processors.resequencer import Policy
+from seqkeeper.processors.return_address import parse_patterns
 
 T = TypeVar("T")
 
@@ -874,6 +875,15 @@ class CommandSettings:
     )
     command_dlq_topic: str = var(
         "SEQKEEPER_COMMAND_DLQ_TOPIC", "commands.dlq", "Dead letters of the command topic."
+    )
+    reply_topics: tuple[str, ...] = var(
+        "SEQKEEPER_REPLY_TOPICS",
+        "*replies",
+        "Where a command's replyTo may point: comma-separated topic names, * standing for any "
+        "run of characters (shop.replies,tenant-*.replies). Never the worker's own topics, "
+        "its app id's G- prefix, nor __*, whatever this says. Others: dead-lettered "
+        "invalid-reply-to, not applied.",
+        parse_patterns,
     )
     command_attempts: int = var(
         "SEQKEEPER_COMMAND_ATTEMPTS",

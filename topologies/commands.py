@@ -76,6 +76,12 @@ from seqkeeper.processors.command import (
 )
 from seqkeeper.processors.dead_letter import dead_letter_headers
 from seqkeeper.processors.envelope import InvalidMessage, trace_of
+from seqkeeper.processors.return_address import (
+    ReplyTopics,
+    is_reply,
+    refusal,
+    undeliverable_letter,
+)
 from seqkeeper.runtime.protocol import (
     Batch,
     InputRecord,
@@ -84,7 +90,8 @@ from seqkeeper.runtime.protocol import (
     Wiring,
     seconds,
 )
-from seqkeeper.settings import Settings
+from seqkeeper.settings import VARS, Settings
+from seqkeeper.state.base import Out
 from seqkeeper.state.commands import CommandStore
 from seqkeeper.state.timers import Deadlines
 from seqkeeper.state.tokens import TokenKeys, load_keys
@@ -94,6 +101,8 @@ log = logging.getLogger("seqkeeper.commands")
 
 #: Old receipts deleted per partition and tick.
 CLEANUP_PER_TICK = 256
+#: Reply topics whose check is remembered (then it starts over).
+REPLY_TOPICS_REMEMBERED = 10_000
 
 
 class CommandMetrics:
@@ -154,6 +163,16 @@ class CommandTopology(OutboxOwner):
         self.on_output: Callable[[], None] = lambda: None
         self.positions: dict[int, int] = {}
         self.metrics = CommandMetrics()
+        #: where replies may go: never the worker's own topics (its input,
+        #: outputs, and everything under its group id's prefix: changelog,
+        #: leader topic), whatever the setting allows
+        self.reply_topics = ReplyTopics(
+            settings.commands.reply_topics,
+            own=tuple(settings.commands.topics()),
+            own_prefixes=(f"{settings.group_id}-",),
+            setting=VARS["reply_topics"].env,
+        )
+        self.reply_refusals: dict[str, str | None] = {}
 
     # -- input -------------------------------------------------------------
     def on_records(
@@ -229,6 +248,11 @@ class CommandTopology(OutboxOwner):
         if refused is not None:  # before anything of it is read or written
             why, cls = CommandReason.UNAUTHORIZED, "seqkeeper.Unauthorized"
             self.dead_letter(key, value, why, refused, partition, offset, timestamp, cls)
+            return None
+        refused = None if command.reply_to is None else self.refused_reply(command.reply_to)
+        if refused is not None:  # before anything is read or written: nothing applied
+            reason, cls = CommandReason.INVALID_REPLY_TO, "seqkeeper.InvalidReplyTo"
+            self.dead_letter(key, value, reason, refused, partition, offset, timestamp, cls)
             return None
         entity = self.store.entity(partition, command.entity)
         receipt = self.store.receipt(partition, command.receipt_id)
@@ -499,6 +523,16 @@ class CommandTopology(OutboxOwner):
             log.warning("dispatching %d undispatched outbox messages again", again)
 
     # -- outbox ------------------------------------------------------------
+    def refused_reply(self, topic: str) -> str | None:
+        """Why a reply may not go to ``topic`` (``None``: it may), remembered."""
+        known = self.reply_refusals
+        if topic in known:
+            return known[topic]
+        if len(known) >= REPLY_TOPICS_REMEMBERED:
+            known.clear()
+        why = known[topic] = refusal(topic, self.reply_topics)
+        return why
+
     def dispatch(self, partition: int, out: Outgoing) -> None:
         topic = {
             None: self.settings.commands.events_topic,
@@ -506,7 +540,31 @@ class CommandTopology(OutboxOwner):
         }
         name = topic.get(out.topic, out.topic)
         assert name is not None
-        self.emit(partition, name, out.key.encode("utf-8"), out.value, list(out.headers) or None)
+        key = out.key.encode("utf-8")
+        if is_reply(out):
+            # A reply stored before the allowed topics changed (an outbox
+            # swept at assignment, a retry, a stored reply sent again) goes
+            # where a command's replyTo may point now, or to the dead letters.
+            refused = self.refused_reply(name)
+            if refused is not None:
+                record = (name, key, out.value, out.headers)
+                self.emit(partition, *self.undeliverable(partition, record, name, refused))
+                return
+            # the runtime checks the topic exists and takes our writes first
+            self.outbox.addressed.add(name)
+        self.emit(partition, name, key, out.value, list(out.headers) or None)
+
+    def undeliverable(self, partition: int, record: Out, topic: str, problem: str) -> Out:
+        """The dead letter taking the place of ``record``, a reply of input
+        partition ``partition`` that may not go to ``topic`` (``problem``:
+        why): the reply's key and value, the reason in headers."""
+        _, key, value, headers = record
+        letter = undeliverable_letter(
+            tuple(headers or ()), topic, problem, self.settings.commands.command_topic, partition
+        )
+        self.metrics.dead_lettered.labels(CommandReason.REPLY_UNDELIVERABLE).inc()
+        log.warning("reply dead-lettered (%s): %s", CommandReason.REPLY_UNDELIVERABLE, problem)
+        return (self.settings.commands.command_dlq_topic, key, value, letter)
 
     def confirm(self, batch: Batch, now: float | None = None) -> None:
         """Mark the batch's commands dispatched (at ``now``, default: the clock)."""

@@ -54,6 +54,9 @@ Each module, its job, and the tests that fail without it:
   ``tests/integration/test_state_queries.py``).
 - :mod:`.permissions`: requests that ask what the worker may do without
   doing it, for its start-up check (``tests/security/test_acls.py``).
+- :mod:`.destinations`: whether a topic input names (a reply's) takes the
+  worker's writes, asked before producing to it
+  (``tests/integration/test_reply_topics.py``).
 - :mod:`.declare`: Faust declares only topics the broker does not know, so
   pre-created topics need no Create ACL (``test_acls.py``).
 """

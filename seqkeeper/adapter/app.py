@@ -10,6 +10,7 @@ from typing import Any, cast
 import faust
 from faust.types.transports import TransportT
 
+from seqkeeper.adapter.destinations import Destinations
 from seqkeeper.adapter.producer import BatchProducer
 from seqkeeper.adapter.tables import TableManager
 from seqkeeper.adapter.transport import Transport
@@ -59,6 +60,9 @@ class App(faust.App):
         self.changelog_replayed: dict[str, int] = {"active": 0, "standby": 0}
         #: Record batches through Faust's own aiokafka producer.
         self.batch_producer = BatchProducer(lambda: cast(Any, self.producer)._ensure_producer())
+        #: Whether topics input names (replies) take this app's writes, asked
+        #: over Faust's producer's connections.
+        self.destinations = Destinations(lambda: cast(Any, self.producer)._ensure_producer().client)
 
     def _new_transport(self) -> TransportT:
         return Transport(self.conf.broker_consumer, self)

@@ -274,6 +274,7 @@ def build_app(
         transactions=transactions,
         on_committed=lambda positions: committed(app, wiring.input_topic, positions),
         on_fatal=stop_at_once,
+        destinations=app.destinations,
     )
 
     # the commit protocol's hooks (seqkeeper.adapter.app): step 6 waits for

@@ -70,6 +70,11 @@ class Batch:
     spans: list[tuple[int, int]] = field(default_factory=list)
     #: the partition of the last run (``-1``: none yet)
     partition: int = -1
+    #: names among ``records``' that input chose (a command's ``replyTo``):
+    #: the runtime asks the broker whether their topics take this worker's
+    #: writes before it produces to them, and hands a record it would not
+    #: take to :meth:`Topology.undeliverable`
+    addressed: set[str] = field(default_factory=set)
 
     def __bool__(self) -> bool:
         return bool(self.records or self.confirms or self.stored)
@@ -124,6 +129,13 @@ class Topology(Protocol):
     def on_assigned(self, partitions: set[int]) -> None:
         """The state of ``partitions`` (all this worker owns now) is
         restored: emit again what was not confirmed."""
+        ...
+
+    def undeliverable(self, partition: int, record: Out, topic: str, problem: str) -> Out:
+        """What to produce instead of ``record`` (an output of input
+        partition ``partition`` under a name of :attr:`Batch.addressed`),
+        whose ``topic`` the broker said does not take this worker's writes
+        (``problem``: its answer): a dead letter."""
         ...
 
     def on_revoked(self) -> None:
@@ -187,6 +199,10 @@ class OutboxOwner:
 
     def on_stop(self) -> None:
         """No last writes by default."""
+
+    def undeliverable(self, partition: int, record: Out, topic: str, problem: str) -> Out:
+        """By default the record itself: producing it fails as it would."""
+        return record
 
     def settle(self) -> None:
         """No confirmation waits in memory by default."""

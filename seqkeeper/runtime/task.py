@@ -29,7 +29,9 @@ the broker before the state that produced it.
    its outputs are not; the new owner finds them unconfirmed and emits
    them again (:meth:`Topology.on_assigned`).
 4. **Produce** the batch, after the batch taken before it, and wait for
-   its acknowledgements. *Crash*: some or all outputs are on the broker,
+   its acknowledgements (a record whose topic input chose, a reply, and
+   that the broker says would not take it, is first replaced by the
+   topology's dead letter: :meth:`Task._deliverable`). *Crash*: some or all outputs are on the broker,
    unconfirmed: the new owner emits them again, identical (at-least-once,
    duplicates byte-identical).
 5. **Confirm**: the topology records per key how far its output is durable
@@ -134,6 +136,13 @@ class OutputProducer(Protocol):
     async def send(self, grouped: Any) -> Any: ...
 
 
+class Destinations(Protocol):
+    """What the task needs to ask whether a topic takes the worker's writes
+    (:class:`~seqkeeper.adapter.destinations.Destinations`)."""
+
+    async def problem(self, topic: str) -> str | None: ...
+
+
 class Task:
     """One worker's processing protocol (see the module docstring)."""
 
@@ -147,6 +156,7 @@ class Task:
         transactions: Transactions | None = None,
         on_committed: Callable[[dict[int, int]], None] = lambda positions: None,
         on_fatal: Callable[[BaseException], None] = lambda error: None,
+        destinations: Destinations | None = None,
     ) -> None:
         self.topology = topology
         self.store = store
@@ -162,6 +172,8 @@ class Task:
         #: exactly-once: called when a transaction was fenced or aborted,
         #: after it was logged (the worker stops there, without a clean stop)
         self.on_fatal = on_fatal
+        #: asks whether the topics of a batch's addressed records take writes
+        self.destinations = destinations
         self.state = TaskState.CREATED
         self.wake = asyncio.Event()
         topology.on_output = self.wake.set
@@ -254,6 +266,7 @@ class Task:
         if not batch:
             return
         # 4. produce
+        await self._deliverable(batch)
         grouped = await self.producer.group(batch.records, self.topic_of)
         await self.producer.send(grouped)
         # 5. confirm
@@ -270,6 +283,7 @@ class Task:
             await before  # (and failing with it)
         transactions = self.transactions
         assert transactions is not None
+        await self._deliverable(batch)  # (before any transaction begins)
         outputs = batch.by_partition()
         moved = {p: at for p, at in positions.items() if self.committed.get(p) != at}
         partitions = sorted(set(outputs) | set(writes) | set(moved))
@@ -302,6 +316,36 @@ class Task:
         self.committed.update(moved)
         if moved:
             self.on_committed(moved)
+
+    async def _deliverable(self, batch: Batch) -> None:
+        """Before a batch is produced: each record under a name input chose
+        (:attr:`Batch.addressed`: a command's ``replyTo``) whose topic does
+        not take the worker's writes (missing on a cluster that creates no
+        topics on demand, or no Write ACL) is replaced by the topology's
+        dead letter. Produced as it was, it would fail the cycle (under
+        exactly-once: abort the transaction that carries the cycle's state),
+        hold back every other record, and fail again after a restart. The
+        question is asked once per topic and remembered
+        (:mod:`seqkeeper.adapter.destinations`): a first sight waits a few
+        seconds at most."""
+        destinations = self.destinations
+        if not batch.addressed or destinations is None:
+            return
+        refused: dict[str, tuple[str, str]] = {}
+        for name in sorted(batch.addressed):
+            topic = self.topic_of(name)
+            problem = await destinations.problem(topic)
+            if problem is not None:
+                refused[name] = (topic, problem)
+        if not refused:
+            return
+        records, spans, topology = batch.records, batch.spans, self.topology
+        for i, (start, partition) in enumerate(spans):
+            end = spans[i + 1][0] if i + 1 < len(spans) else len(records)
+            for at in range(start, end):
+                hit = refused.get(records[at][0])
+                if hit is not None:
+                    records[at] = topology.undeliverable(partition, records[at], *hit)
 
     def _wake_on_failure(self, stage: asyncio.Future[None]) -> None:
         if not stage.cancelled() and stage.exception() is not None:

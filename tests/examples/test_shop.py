@@ -129,7 +129,7 @@ def test_the_shop_answers_each_command_once(
     monkeypatch.setenv("PAYMENTS_URL", url)  # the worker's environment
     settings = make_settings(topology="commands", handlers="orders:registry", handler_timeout=2.0)
     bootstrap = settings.broker.bootstrap
-    reply_to = f"replies-{names['app_id']}"
+    reply_to = f"{names['app_id']}.replies"
     asyncio.run(create_topics(bootstrap, [*settings.topics(), reply_to], 2))
     sent = records(reply_to)
     assert len(sent) > sum(map(len, COMMANDS.values())), "no command was sent twice"

@@ -28,7 +28,7 @@ def test_duplicate_storm_with_a_crash(make_settings, names, tmp_path) -> None:
         topology="commands",
         partitions=3,
     )
-    replies = f"replies-{tag}"
+    replies = f"{tag}.replies"
     asyncio.run(create_topics(settings.broker.bootstrap, [*settings.topics(), replies], 3))
     work = storm(commands=400, reply_to=replies, seed=3)
     half = len(work.records) // 2
@@ -99,7 +99,7 @@ def test_tenants_and_receipts_of_the_old_layout(make_settings, names, tmp_path) 
         topology="commands",
         partitions=1,
     )
-    bootstrap, replies = settings.broker.bootstrap, f"replies-{tag}"
+    bootstrap, replies = settings.broker.bootstrap, f"{tag}.replies"
     changelog = changelog_topic(settings)
     asyncio.run(create_topics(bootstrap, [*settings.topics(), replies, changelog], 1))
     stored = Outgoing(replies, "sku-1", "m1:reply", b'{"messageId":"m1:reply","stored":true}')

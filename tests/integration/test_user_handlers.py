@@ -95,7 +95,7 @@ def test_a_user_project_s_handlers_survive_kill_9(make_settings, names, tmp_path
         partitions=2,
     )
     project = write_project(tmp_path / "project")
-    replies = f"replies-{tag}"
+    replies = f"{tag}.replies"
     bootstrap = settings.broker.bootstrap
     asyncio.run(create_topics(bootstrap, [*settings.topics(), replies], 2))
     docs, records = commands(replies)

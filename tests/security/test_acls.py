@@ -249,7 +249,7 @@ def test_the_command_worker_with_the_documented_acls(
     secured_broker: SecuredKafkaBroker, admin_config: Path, as_user: Settings, secured_logs: Path
 ) -> None:
     settings = command_worker(as_user)
-    reply_topic = f"replies-{settings.runtime.app_id}"
+    reply_topic = f"{settings.runtime.app_id}.replies"
     grant(secured_broker, admin_config, worker_grants(settings, reply_topics=[reply_topic]))
     run_commands(settings, reply_topic, secured_logs / "acl-commands.log")
 
@@ -258,7 +258,7 @@ def test_the_command_worker_with_precreated_topics_needs_no_create_acl(
     secured_broker: SecuredKafkaBroker, admin_config: Path, as_user: Settings, secured_logs: Path
 ) -> None:
     settings = command_worker(as_user)
-    reply_topic = f"replies-{settings.runtime.app_id}"
+    reply_topic = f"{settings.runtime.app_id}.replies"
     precreate(settings)
     grants = worker_grants(settings, create=False, reply_topics=[reply_topic])
     assert not any("Create" in g.operations for g in grants)
