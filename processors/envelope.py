@@ -46,8 +46,9 @@ class InvalidMessage(ValueError):
         self.detail = detail
 
 
-#: A record's headers as the broker gives them: (name, bytes) pairs, in order.
-Headers = tuple[tuple[str, bytes], ...]
+#: A record's headers as the broker gives them: (name, bytes) pairs, in
+#: order; a value is ``None`` when the producer sent a null one (Kafka allows it).
+Headers = tuple[tuple[str, bytes | None], ...]
 
 
 @value
@@ -70,9 +71,10 @@ class Message:
 TRACE_HEADERS = ("traceparent", "tracestate")
 
 
-def trace_of(headers: Iterable[tuple[str, bytes]]) -> tuple[tuple[str, bytes], ...]:
-    """The trace headers among a record's headers, in their order."""
-    return tuple((k, bytes(v)) for k, v in headers if k in TRACE_HEADERS)
+def trace_of(headers: Iterable[tuple[str, bytes | None]]) -> tuple[tuple[str, bytes], ...]:
+    """The trace headers among a record's headers, in their order (a null
+    one carries no trace)."""
+    return tuple((k, bytes(v)) for k, v in headers if k in TRACE_HEADERS and v is not None)
 
 
 class Codec(Protocol):
@@ -270,6 +272,8 @@ def _header(headers: Headers, name: str, what: str) -> bytes:
     """The last value of header ``name`` (a producer that sets it again means the later)."""
     for hname, hvalue in reversed(headers):
         if hname == name:
+            if hvalue is None:
+                raise InvalidMessage(Reason.INVALID_FIELD, f"the {what} header {name!r} is null")
             return bytes(hvalue)
     raise InvalidMessage(Reason.MISSING_FIELD, f"the {what} header {name!r} is missing")
 
