@@ -159,12 +159,12 @@ def _parse_shaped(
     skey = _key_in(doc, shape) if shape.key_path else _kafka_key(key)
     if shape.seq_header:
         raw = _header(headers, shape.seq_header, "seq")
-        try:
-            seq: Any = int(raw.decode("ascii"))
-        except (UnicodeDecodeError, ValueError):
+        # ASCII digits only: int() would also take " 1", "+1" and "1_0"
+        if not raw.isdigit() or len(raw) > 19:
             raise InvalidMessage(
                 Reason.INVALID_FIELD, f"header {shape.seq_header} must be an integer, got {raw!r}"
-            ) from None
+            )
+        seq: Any = int(raw)
     else:
         seq = _dig(doc, shape.seq_path, "seq")
     if type(seq) is not int or not 1 <= seq <= MAX_SEQ:
