@@ -180,13 +180,13 @@ def _parse_shaped(
             message_id = None
     else:
         message_id = _dig(doc, shape.id_path, "messageId")
-    if not isinstance(message_id, str) or not message_id:
+    if not isinstance(message_id, str) or not message_id or not _utf8(message_id):
         where = f"header {shape.id_header}" if shape.id_header else ".".join(shape.id_path)
         raise InvalidMessage(
             Reason.INVALID_FIELD, f"{where} must be a non-empty string, got {message_id!r}"
         )
     mtype = doc.get("type", "")
-    if not isinstance(mtype, str):
+    if not isinstance(mtype, str) or not _utf8(mtype):
         raise InvalidMessage(Reason.INVALID_FIELD, f"type must be a string, got {mtype!r}")
     event_time = _event_time(dict(doc), time_field) if time_field else None
     return Message(skey, message_id, seq, mtype, value, event_time, headers)
@@ -196,12 +196,25 @@ def _key_in(doc: Mapping[str, Any], shape: Shape) -> str:
     found = _dig(doc, shape.key_path, "key")
     if isinstance(found, int) and not isinstance(found, bool):
         found = str(found)
-    if not isinstance(found, str) or not found:
+    if not isinstance(found, str) or not found or not _utf8(found):
         raise InvalidMessage(
             Reason.INVALID_KEY,
             f"key field {'.'.join(shape.key_path)} must be a non-empty string, got {found!r}",
         )
     return found
+
+
+def _utf8(text: str) -> bool:
+    """Whether ``text`` can be written as UTF-8 (keys, ids and types are
+    stored and produced so). A user's codec can give a lone surrogate,
+    which JSON (orjson) never does."""
+    if text.isascii():
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def key_field(value: bytes | None, shape: Shape) -> str:
