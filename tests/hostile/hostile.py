@@ -207,3 +207,128 @@ def loads_or_none(value: bytes | None) -> Any:
 
 def rng(seed: int) -> random.Random:
     return random.Random(seed)
+
+
+# -- the seeded batch of the integration test --------------------------------
+
+Record = tuple[bytes | None, bytes | None, list[tuple[str, bytes | None]]]
+
+#: Values each required event field must not hold (the event schema rejects
+#: them all, or they are not JSON at all).
+BAD_EVENT_FIELDS: dict[str, tuple[bytes, ...]] = {
+    "messageId": (b'""', b"1", b"null", b"true", b"[]", b"{}", b'"\\ud800"', b"NaN"),
+    "seq": (
+        b"0",
+        b"-1",
+        b'"1"',
+        b"true",
+        b"null",
+        b"1.5",
+        b"9223372036854775808",
+        b"1e400",
+        b"[1]",
+    ),
+    "type": (b"1", b"null", b"true", b"[]", b"{}", b"Infinity"),
+}
+
+
+def hostile_headers(r: random.Random) -> list[tuple[str, bytes | None]]:
+    """Up to three headers: null values, non-UTF-8 bytes, names repeated."""
+    names = ["traceparent", "x", "tenant", "seq", ""]
+    return [(r.choice(names), r.choice(HEADER_VALUES)) for _ in range(r.randrange(4))]
+
+
+def hostile_events(r: random.Random, n: int) -> list[Record]:
+    """``n`` records no event contract accepts: each breaks it in one of
+    several ways (the key, the value's bytes, its shape, a required field)."""
+    out: list[Record] = []
+    good = {"messageId": "h", "seq": 1, "type": "t", "data": {"a": 1}}
+    for i in range(n):
+        value: bytes | None = orjson.dumps({**good, "messageId": f"h{i}"})
+        key: bytes | None = b"hk%d" % (i % 7)
+        how = r.choice(
+            ["key", "null", "bytes", "not-object", "deep", "field", "field", "drop", "repeat"]
+        )
+        if how == "key":
+            key = r.choice([None, b"", b"\xff", b"\xed\xa0\x80", b"a\xc0\xafb"])
+        elif how == "null":
+            value = None
+        elif how == "bytes":
+            value = r.choice(
+                [b"", b"\xff{}", b"{", b'{"messageId":"\xff","seq":1,"type":"t"}', b"NaN"]
+            )
+        elif how == "not-object":
+            value = r.choice([b"[]", b'"x"', b"1", b"null", nested(r.choice(DEPTHS))])
+        elif how in ("field", "repeat"):
+            field = r.choice(list(BAD_EVENT_FIELDS))
+            bad = r.choice(BAD_EVENT_FIELDS[field])
+            pairs = [(name(k), orjson.dumps(v)) for k, v in good.items()]
+            at = [p[0] for p in pairs].index(name(field))
+            if how == "field":
+                pairs[at] = (name(field), bad)
+            else:  # given twice, the last one bad
+                pairs.append((name(field), bad))
+            value = obj(pairs)
+        else:  # drop a required field
+            dropped = r.choice(list(BAD_EVENT_FIELDS))
+            value = orjson.dumps({k: v for k, v in good.items() if k != dropped})
+        out.append((key, value, hostile_headers(r)))
+    return out
+
+
+def hostile_commands(r: random.Random, n: int, reply_to: str) -> list[tuple[Record, str]]:
+    """``n`` commands, each with the dead-letter reason it must get."""
+    out: list[tuple[Record, str]] = []
+    for i in range(n):
+        doc: dict[str, Any] = {
+            "messageId": f"h{i}",
+            "commandType": "AddStock",
+            "schemaVersion": 1,
+            "correlationId": f"hc{i}",
+            "partitionKey": "sku-h",
+            "tenantId": "t1",
+            "replyTo": reply_to,
+            "payload": {"quantity": 1},
+        }
+        key: bytes | None = b"sku-h"
+        headers = [h for h in hostile_headers(r) if h[0] != "tenant"]
+        raw: bytes | None = None
+        how = r.choice(["field", "field", "bytes", "key", "tenant", "type", "version", "deep"])
+        reason = "invalid-envelope"
+        if how == "field":
+            field, bad = r.choice([
+                ("messageId", b'""'), ("messageId", b"1"), ("commandType", b"null"),
+                ("schemaVersion", b"0"), ("schemaVersion", b"true"), ("schemaVersion", b"1.5"),
+                ("correlationId", b"[]"), ("partitionKey", b"{}"), ("tenantId", b'""'),
+                ("expectedVersion", b"-1"), ("expectedVersion", b"true"), ("expectedVersion", b'"0"'),
+                ("expiresAt", b"-1"), ("expiresAt", b'"10000-01-01T00:00:00+00:00"'),
+                ("expiresAt", b'"2030-01-01T00:00:00"'), ("expiresAt", b"NaN"), ("headers", b"[]"),
+                ("replyTo", b'""'), ("causationId", b"1"), ("payload", b"Infinity"),
+            ])  # fmt: skip
+            pairs = [(name(k), orjson.dumps(v)) for k, v in doc.items()]
+            pairs.append((name(field), bad))  # given last: the one read
+            raw = obj(pairs)
+        elif how == "bytes":
+            raw = r.choice([None, b"", b"\xff", b"[]", b'{"messageId":"\xff"}', b"{"])
+        elif how == "key":
+            key = r.choice([None, b"", b"\xff", b"SKU-H", b"sku-h\x00"])
+            reason = "key-mismatch"
+        elif how == "tenant":
+            headers.extend(r.choice([
+                [("tenant", b"t2")], [("tenant", b"t1"), ("tenant", b"t2")], [("tenant", None)], [("tenant", b"\xff")],
+            ]))  # fmt: skip
+            reason = "tenant-mismatch"
+        elif how == "type":
+            doc["commandType"] = r.choice(["addstock", "AddStock ", "Nope", "x" * 5000])
+            reason = "unknown-command-type"
+        elif how == "version":
+            doc["schemaVersion"] = r.choice([2, 9, 2**63 - 1])
+            reason = "unsupported-schema-version"
+        else:
+            raw = orjson.dumps(doc).replace(b'{"quantity":1}', nested(r.choice(DEPTHS[1:])))
+            if raw.count(b"[") <= 1023:  # within orjson's limit: read, then refused by no rule
+                raw = orjson.dumps({**doc, "payload": None, "commandType": "Nope"})
+                reason = "unknown-command-type"
+        value = orjson.dumps(doc) if raw is None and how not in ("bytes",) else raw
+        out.append(((key, value, headers), reason))
+    return out
