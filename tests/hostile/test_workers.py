@@ -8,6 +8,9 @@ expected ones received anything."""
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -52,6 +55,18 @@ async def produce(bootstrap: str, topic: str, records: list[Record]) -> None:
         await asyncio.gather(*sent)
     finally:
         await producer.stop()
+
+
+def produce_raw_header(bootstrap: str, topic: str, key: bytes, value: bytes) -> None:
+    """One record whose header name is not UTF-8 (:mod:`tests.hostile.raw_header`)."""
+    script = Path(__file__).with_name("raw_header.py")
+    env = {**os.environ, "AIOKAFKA_NO_EXTENSIONS": "1"}
+    args = [sys.executable, str(script), bootstrap, topic, key.decode(), value.decode()]
+    subprocess.run(args, env=env, check=True, timeout=60)
+
+
+#: How a header name that is not UTF-8 reaches the outputs: its bytes escaped.
+ESCAPED = "\\xff\\xfe"
 
 
 async def topic_ends(bootstrap: str) -> dict[str, int]:
@@ -121,15 +136,42 @@ def test_hostile_records_are_dead_lettered_and_good_ones_come_out(
             )
             for n in range(20)
         ]  # fmt: skip
-        asyncio.run(produce(bootstrap, ordered.ordered.input_topic, events + good_events))
-        asyncio.run(
-            produce(
-                bootstrap,
-                commands.commands.command_topic,
-                [rec for rec, _ in labelled] + [(k, v, [(n, h) for n, h in hs if n != "tenant" or h == b"t1"])
-                                               for k, v, hs in good_commands],
+        good_commands = [
+            (k, v, [(n, h) for n, h in hs if n != "tenant" or h == b"t1"])
+            for k, v, hs in good_commands
+        ]
+        # first the hostile records, then one with a header name that is not
+        # UTF-8 (a good one: it must go through), then the good ones
+        raw_event = (
+            b"g0",
+            orjson.dumps({"messageId": "g0-0", "seq": 1, "type": "t"}),
+            [(ESCAPED, b"v")],
+        )
+        good_events = [raw_event] + [  # (g0's others one seq on)
+            (
+                k,
+                orjson.dumps({**orjson.loads(v), "seq": orjson.loads(v)["seq"] + 1})
+                if k == b"g0"
+                else v,
+                h,
             )
-        )  # fmt: skip
+            for k, v, h in good_events
+        ]
+        raw_command = (
+            b"sku-g0",
+            orjson.dumps(
+                {**orjson.loads(good_commands[0][1]), "messageId": "graw", "correlationId": "gcraw"}
+            ),
+        )
+        asyncio.run(produce(bootstrap, ordered.ordered.input_topic, events))
+        produce_raw_header(bootstrap, ordered.ordered.input_topic, *raw_event[:2])
+        asyncio.run(produce(bootstrap, ordered.ordered.input_topic, good_events[1:]))
+        asyncio.run(
+            produce(bootstrap, commands.commands.command_topic, [rec for rec, _ in labelled])
+        )
+        produce_raw_header(bootstrap, commands.commands.command_topic, *raw_command)
+        asyncio.run(produce(bootstrap, commands.commands.command_topic, good_commands))
+        good_commands.append((*raw_command, [(ESCAPED, b"v")]))
 
         dlq, cdlq = ordered.ordered.dlq_topic, commands.commands.command_dlq_topic
         wait_for(
@@ -166,7 +208,7 @@ def test_hostile_records_are_dead_lettered_and_good_ones_come_out(
             assert got[(key, orjson.loads(value)["seq"])] == headers
         for k in range(GOOD_KEYS):
             seqs = [orjson.loads(x.value)["seq"] for x in out if x.key == b"g%d" % k]
-            assert seqs == list(range(1, GOOD_SEQS + 1))
+            assert seqs == list(range(1, GOOD_SEQS + 1 + (k == 0)))
 
         # every hostile command dead-lettered once with the reason it must get
         letters = read(commands, cdlq)
@@ -181,7 +223,7 @@ def test_hostile_records_are_dead_lettered_and_good_ones_come_out(
         # the good commands applied and answered
         answers = [orjson.loads(x.value) for x in read(commands, replies)]
         good = {a["correlationId"]: a for a in answers if a["correlationId"].startswith("gc")}
-        assert sorted(good) == sorted(f"gc{n}" for n in range(20))
+        assert sorted(good) == sorted([*(f"gc{n}" for n in range(20)), "gcraw"])
         assert all(a["success"] for a in good.values())
         assert all(not a["success"] for a in answers if not a["correlationId"].startswith("gc"))
 
