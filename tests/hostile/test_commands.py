@@ -271,9 +271,7 @@ def test_adversarial_commands(records: list[tuple[Any, ...]]) -> None:
     for topic, key, value, headers in out:
         if topic == DLQ:
             doc = {k: v.decode("utf-8") for k, v in headers if k != "seqkeeper.attempts"}
-            assert DEAD_LETTER.evolve(schema={**DEAD_LETTER.schema, "properties": {
-                **DEAD_LETTER.schema["properties"], "seqkeeper.reason": {"enum": sorted(REASONS)}}}
-            ).is_valid(doc), doc  # fmt: skip
+            assert DEAD_LETTER.is_valid(doc) and doc["seqkeeper.reason"] in REASONS, doc
             offset = int(doc["kafka_dlt-original-offset"])
             assert (key, value) == records[offset][1:3]  # the record as it came
             dead[offset].append(doc)

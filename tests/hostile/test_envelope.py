@@ -327,3 +327,20 @@ def test_the_last_of_repeated_names_counts(prefix: bytes, fragment: bytes) -> No
         check_rejection(exc)  # (stricter than the schema: 1.0 is an integer to it)
         return
     assert message.seq == doc["seq"] and EVENT.is_valid(doc)
+
+
+def test_every_reason_written_is_documented() -> None:
+    """Each dead-letter reason the code can write is in the schema's enum
+    (``processor-failed`` and the command topic's were missing) and in the
+    README's topic contracts."""
+    from seqkeeper.processors.command import CommandReason
+    from seqkeeper.processors.envelope import Reason
+    from seqkeeper.processors.processor import PROCESSOR_FAILED
+    from tests.hostile.hostile import command_reasons
+
+    def constants(cls: type) -> set[str]:
+        return {v for k, v in vars(cls).items() if k.isupper()}
+
+    written = constants(Reason) | constants(CommandReason) | {PROCESSOR_FAILED}
+    assert written <= REASONS, written - REASONS
+    assert constants(CommandReason) <= command_reasons()
