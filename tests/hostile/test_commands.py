@@ -291,6 +291,9 @@ def test_adversarial_commands(records: list[tuple[Any, ...]]) -> None:
                 assert applied[mid] == 0 if isinstance(mid, str) else True
                 continue
             assert isinstance(doc, dict) and COMMAND.is_valid(doc), value[:300]
+            # decided, so not lost: its receipt is there
+            rid = f"{len(doc['tenantId'])}:{doc['tenantId']}/{doc['messageId']}"
+            assert CommandStore(memory).receipt(0, rid) is not None, value[:300]
             continue
         answers = by_correlation.get(f"c{offset}", [])
         if outcome == APPLIED:

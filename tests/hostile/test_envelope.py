@@ -344,3 +344,21 @@ def test_every_reason_written_is_documented() -> None:
     written = constants(Reason) | constants(CommandReason) | {PROCESSOR_FAILED}
     assert written <= REASONS, written - REASONS
     assert constants(CommandReason) <= command_reasons()
+
+
+@given(
+    st.one_of(
+        st.text(max_size=12), st.lists(st.text(min_size=1, max_size=4), max_size=4).map(".".join)
+    )
+)
+def test_a_dotted_path_setting_is_its_field_names_or_refused(text: str) -> None:
+    """``SEQKEEPER_KEY_FIELD`` and the other dotted paths: the parts between
+    the dots, none empty, or a ValueError (a one-line setting error)."""
+    from seqkeeper.settings import field_path
+
+    try:
+        parts = field_path(text)
+    except ValueError as exc:
+        assert "\n" not in str(exc) and (text.startswith(".") or text.endswith(".") or ".." in text)
+        return
+    assert ".".join(parts) == text and all(parts)
