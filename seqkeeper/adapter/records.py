@@ -82,6 +82,8 @@ class RawPartitionRecords(aiokafka_fetcher.PartitionRecords):  # type: ignore[mi
             check_crcs,
             isolation_level,
         )
+        if self._raw and isinstance(records, TolerantRecords):
+            records.wrap = False  # (the loop below reads on itself: no wrapper per record)
 
     def _unpack_records(self) -> Iterator[Any]:
         if not self._raw:
@@ -94,11 +96,20 @@ class RawPartitionRecords(aiokafka_fetcher.PartitionRecords):  # type: ignore[mi
             if self._check_crcs and not batch.validate_crc():
                 raise Errors.CorruptRecordException(f"Invalid CRC - {self._tp}")
             if not batch.is_control_batch:
-                for record in batch:
-                    offset = record.offset
-                    if offset >= self.next_fetch_offset:  # (below: a compressed set's)
-                        self.next_fetch_offset = offset + 1
-                        yield record
+                try:
+                    for record in batch:
+                        offset = record.offset
+                        if offset >= self.next_fetch_offset:  # (below: a compressed set's)
+                            self.next_fetch_offset = offset + 1
+                            yield record
+                except UnicodeDecodeError:  # a header name (TolerantBatch)
+                    if not isinstance(records, TolerantRecords):
+                        raise
+                    for record in EscapingBatch(bytes(records.last)):
+                        offset = record.offset
+                        if offset >= self.next_fetch_offset:
+                            self.next_fetch_offset = offset + 1
+                            yield record
             self.next_fetch_offset = batch.next_offset
 
 
@@ -183,14 +194,19 @@ _BATCH_HEAD = struct.Struct(">qi")  # base offset, length of the rest
 
 class TolerantRecords:
     """aiokafka's ``MemoryRecords`` (the record batches of one fetched
-    partition), each batch a :class:`TolerantBatch`."""
+    partition), each batch a :class:`TolerantBatch`; or, for
+    :class:`RawPartitionRecords` (``wrap`` false), aiokafka's own batch, the
+    bytes of the last one kept for its loop to read on with
+    :class:`EscapingBatch` (a wrapper costs each record a generator step)."""
 
-    __slots__ = ("data", "inner", "at")
+    __slots__ = ("data", "inner", "at", "wrap", "last")
 
     def __init__(self, data: bytes) -> None:
         self.data = data
         self.inner = aiokafka_memory.MemoryRecords(data)
         self.at = 0
+        self.wrap = True
+        self.last = memoryview(b"")
 
     def size_in_bytes(self) -> int:
         return int(self.inner.size_in_bytes())
@@ -207,7 +223,8 @@ class TolerantRecords:
         self.at = start + _BATCH_HEAD.size + length
         if batch.magic < 2:  # (legacy batches have no headers)
             return batch
-        return TolerantBatch(batch, memoryview(self.data)[start : self.at])
+        self.last = memoryview(self.data)[start : self.at]
+        return TolerantBatch(batch, self.last) if self.wrap else batch
 
 
 def install() -> None:
