@@ -196,7 +196,7 @@ class CommandTopology(OutboxOwner):
         pairs = headers.items() if isinstance(headers, dict) else headers or ()
         tenants = [v for k, v in pairs if k == "tenant"]
         try:
-            if len(set(tenants)) > 1 or None in tenants:
+            if tenants and (tenants[0] is None or tenants.count(tenants[0]) != len(tenants)):
                 # each must name tenantId: a gateway's header may come after
                 # a client's own, and a null one names no tenant
                 raise InvalidMessage(
