@@ -225,13 +225,15 @@ def parse_command(
         except InvalidMessage as exc:
             raise bad(CommandReason.INVALID_ENVELOPE, exc.detail) from None
     assert message_id and command_type and correlation_id and partition_key and tenant_id
-    kafka_key = None if key is None else key.decode("utf-8", "replace")
-    if kafka_key != partition_key:
+    # compared as bytes: decoded with replacement, b"\xff" and b"\xfe" would
+    # both pass for the partitionKey (or tenantId) "\ufffd"
+    if key != partition_key.encode("utf-8"):
+        kafka_key = None if key is None else key.decode("utf-8", "replace")
         raise bad(
             CommandReason.KEY_MISMATCH,
             f"the Kafka key {kafka_key!r} is not the partitionKey {partition_key!r}",
         )
-    if tenant is not None and tenant.decode("utf-8", "replace") != tenant_id:
+    if tenant is not None and tenant != tenant_id.encode("utf-8"):
         raise bad(
             CommandReason.TENANT_MISMATCH,
             f"tenantId {tenant_id!r} is not the record's tenant header "

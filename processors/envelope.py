@@ -46,8 +46,9 @@ class InvalidMessage(ValueError):
         self.detail = detail
 
 
-#: A record's headers as the broker gives them: (name, bytes) pairs, in order.
-Headers = tuple[tuple[str, bytes], ...]
+#: A record's headers as the broker gives them: (name, bytes) pairs, in
+#: order; a value is ``None`` when the producer sent a null one (Kafka allows it).
+Headers = tuple[tuple[str, bytes | None], ...]
 
 
 @value
@@ -70,9 +71,10 @@ class Message:
 TRACE_HEADERS = ("traceparent", "tracestate")
 
 
-def trace_of(headers: Iterable[tuple[str, bytes]]) -> tuple[tuple[str, bytes], ...]:
-    """The trace headers among a record's headers, in their order."""
-    return tuple((k, bytes(v)) for k, v in headers if k in TRACE_HEADERS)
+def trace_of(headers: Iterable[tuple[str, bytes | None]]) -> tuple[tuple[str, bytes], ...]:
+    """The trace headers among a record's headers, in their order (a null
+    one carries no trace)."""
+    return tuple((k, bytes(v)) for k, v in headers if k in TRACE_HEADERS and v is not None)
 
 
 class Codec(Protocol):
@@ -157,12 +159,12 @@ def _parse_shaped(
     skey = _key_in(doc, shape) if shape.key_path else _kafka_key(key)
     if shape.seq_header:
         raw = _header(headers, shape.seq_header, "seq")
-        try:
-            seq: Any = int(raw.decode("ascii"))
-        except (UnicodeDecodeError, ValueError):
+        # ASCII digits only: int() would also take " 1", "+1" and "1_0"
+        if not raw.isdigit() or len(raw) > 19:
             raise InvalidMessage(
                 Reason.INVALID_FIELD, f"header {shape.seq_header} must be an integer, got {raw!r}"
-            ) from None
+            )
+        seq: Any = int(raw)
     else:
         seq = _dig(doc, shape.seq_path, "seq")
     if type(seq) is not int or not 1 <= seq <= MAX_SEQ:
@@ -178,13 +180,13 @@ def _parse_shaped(
             message_id = None
     else:
         message_id = _dig(doc, shape.id_path, "messageId")
-    if not isinstance(message_id, str) or not message_id:
+    if not isinstance(message_id, str) or not message_id or not _utf8(message_id):
         where = f"header {shape.id_header}" if shape.id_header else ".".join(shape.id_path)
         raise InvalidMessage(
             Reason.INVALID_FIELD, f"{where} must be a non-empty string, got {message_id!r}"
         )
     mtype = doc.get("type", "")
-    if not isinstance(mtype, str):
+    if not isinstance(mtype, str) or not _utf8(mtype):
         raise InvalidMessage(Reason.INVALID_FIELD, f"type must be a string, got {mtype!r}")
     event_time = _event_time(dict(doc), time_field) if time_field else None
     return Message(skey, message_id, seq, mtype, value, event_time, headers)
@@ -194,12 +196,25 @@ def _key_in(doc: Mapping[str, Any], shape: Shape) -> str:
     found = _dig(doc, shape.key_path, "key")
     if isinstance(found, int) and not isinstance(found, bool):
         found = str(found)
-    if not isinstance(found, str) or not found:
+    if not isinstance(found, str) or not found or not _utf8(found):
         raise InvalidMessage(
             Reason.INVALID_KEY,
             f"key field {'.'.join(shape.key_path)} must be a non-empty string, got {found!r}",
         )
     return found
+
+
+def _utf8(text: str) -> bool:
+    """Whether ``text`` can be written as UTF-8 (keys, ids and types are
+    stored and produced so). A user's codec can give a lone surrogate,
+    which JSON (orjson) never does."""
+    if text.isascii():
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def key_field(value: bytes | None, shape: Shape) -> str:
@@ -270,6 +285,8 @@ def _header(headers: Headers, name: str, what: str) -> bytes:
     """The last value of header ``name`` (a producer that sets it again means the later)."""
     for hname, hvalue in reversed(headers):
         if hname == name:
+            if hvalue is None:
+                raise InvalidMessage(Reason.INVALID_FIELD, f"the {what} header {name!r} is null")
             return bytes(hvalue)
     raise InvalidMessage(Reason.MISSING_FIELD, f"the {what} header {name!r} is missing")
 

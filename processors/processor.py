@@ -67,7 +67,7 @@ class Message:
     data: Any
     body: Mapping[str, Any] = field(repr=False)
     #: the input record's headers, as they came
-    headers: tuple[tuple[str, bytes], ...] = ()
+    headers: tuple[tuple[str, bytes | None], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from typing import Any, Protocol
 #: The same tuple is the changelog record a changelogged store produces.
 Change = tuple[bytes, bytes | None, tuple[()]]
 
-Header = tuple[str, bytes]
+Header = tuple[str, bytes | None]  # (a null value: None, as Kafka allows)
 Headers = Sequence[Header] | None
 #: A record as produced to a known topic-partition: key, value, headers.
 Record = tuple[bytes | None, bytes | None, Sequence[Header]]

@@ -31,7 +31,7 @@ With an ordered processor (:mod:`processors.processor`), three more:
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import orjson
@@ -199,7 +199,9 @@ _LEN = struct.Struct(">I")
 _COUNT = struct.Struct(">H")
 
 
-def encode_outs(records: list[tuple[str, bytes, bytes, list[tuple[str, bytes]] | None]]) -> bytes:
+def encode_outs(
+    records: Sequence[tuple[str, bytes, bytes, Sequence[tuple[str, bytes | None]] | None]],
+) -> bytes:
     """Output records (role, key, value, headers), length-prefixed."""
     parts = [_COUNT.pack(len(records))]
     for role, key, value, headers in records:
@@ -207,9 +209,11 @@ def encode_outs(records: list[tuple[str, bytes, bytes, list[tuple[str, bytes]] |
     return b"".join(parts)
 
 
-def decode_outs(raw: bytes) -> list[tuple[str, bytes, bytes, list[tuple[str, bytes]] | None]]:
+def decode_outs(
+    raw: bytes,
+) -> list[tuple[str, bytes, bytes, list[tuple[str, bytes | None]] | None]]:
     read = _Reader(raw, 0)
-    out: list[tuple[str, bytes, bytes, list[tuple[str, bytes]] | None]] = []
+    out: list[tuple[str, bytes, bytes, list[tuple[str, bytes | None]] | None]] = []
     for _ in range(read.count()):
         role, key, value = read.take().decode(), read.take(), read.take()
         out.append((role, key, value, read.headers() or None))
@@ -222,12 +226,18 @@ def _bytes(b: bytes) -> bytes:
     return _LEN.pack(len(b)) + b
 
 
-def _headers(headers: Iterable[tuple[str, bytes]]) -> bytes:
-    """Headers, counted, each name and value length-prefixed."""
+#: The length a null header value is written with (as Kafka writes -1).
+_NULL = 0xFFFFFFFF
+
+
+def _headers(headers: Iterable[tuple[str, bytes | None]]) -> bytes:
+    """Headers, counted, each name and value length-prefixed (a null
+    value: :data:`_NULL`, no bytes)."""
     pairs = list(headers)
     parts = [_COUNT.pack(len(pairs))]
     for name, h in pairs:
-        parts += [_bytes(name.encode("utf-8")), _bytes(bytes(h))]
+        value = _LEN.pack(_NULL) if h is None else _bytes(bytes(h))
+        parts += [_bytes(name.encode("utf-8")), value]
     return b"".join(parts)
 
 
@@ -248,8 +258,16 @@ class _Reader:
         self.at += 4 + n
         return bytes(self.view[self.at - n : self.at])
 
-    def headers(self) -> list[tuple[str, bytes]]:
-        return [(self.take().decode("utf-8"), self.take()) for _ in range(self.count())]
+    def value(self) -> bytes | None:
+        """What :func:`_headers` wrote for a header value."""
+        (n,) = _LEN.unpack_from(self.view, self.at)
+        if n == _NULL:
+            self.at += 4
+            return None
+        return self.take()
+
+    def headers(self) -> list[tuple[str, bytes | None]]:
+        return [(self.take().decode("utf-8"), self.value()) for _ in range(self.count())]
 
     def rest(self) -> bytes:
         return bytes(self.view[self.at :])

@@ -126,7 +126,7 @@ Slot = tuple[int, str]  # (partition, key)
 #: ``(partition, key, seq)`` key would be one more tracked tuple per message);
 #: the same store key in another partition replaces it, which only costs
 #: that lookup a store read.
-HeldMessage = tuple[int, str, int, str, bytes, float | None, tuple[tuple[str, bytes], ...]]
+HeldMessage = tuple[int, str, int, str, bytes, float | None, tuple[tuple[str, bytes | None], ...]]
 
 
 @dataclass

@@ -238,9 +238,16 @@ class CommandTopology(OutboxOwner):
         (see :meth:`attempt`)."""
         self.metrics.commands.inc()
         pairs = headers.items() if isinstance(headers, dict) else headers or ()
-        tenant = next((v for k, v in pairs if k == "tenant"), None)
+        tenants = [v for k, v in pairs if k == "tenant"]
         try:
-            command = parse_command(key, value, tenant, trace_of(pairs))
+            if tenants and (tenants[0] is None or tenants.count(tenants[0]) != len(tenants)):
+                # each must name tenantId: a gateway's header may come after
+                # a client's own, and a null one names no tenant
+                raise InvalidMessage(
+                    CommandReason.TENANT_MISMATCH,
+                    f"the record's tenant headers {tenants!r} do not name one tenant",
+                )
+            command = parse_command(key, value, tenants[0] if tenants else None, trace_of(pairs))
         except InvalidMessage as exc:
             self.dead_letter(key, value, exc.reason, exc.detail, partition, offset, timestamp)
             return None

@@ -26,7 +26,8 @@ Each module, its job, and the tests that fail without it:
 - :mod:`.batches`: batch sources, records handed over as fetched
   (``tests/integration/test_batch_source.py``, ``test_consumer.py``).
 - :mod:`.records`: aiokafka's fetcher yields record batches' own records
-  (``tests/adapter/test_records.py``).
+  (``tests/adapter/test_records.py``), and reads a header name that is not
+  UTF-8 escaped instead of raising (``tests/hostile/test_workers.py``).
 - :mod:`.store`: the tables' RocksDB store applies changelog records and
   their offset in one batch (``tests/adapter/test_store.py``).
 - :mod:`.recovery`: recovery resumes the input only once it was sought
@@ -112,7 +113,17 @@ PRIVATE_MEMBERS: dict[str, frozenset[str]] = {
         }
     ),
     "producer": frozenset({"_build", "_builder", "_relative_offset", "_wait_on_metadata"}),
-    "records": frozenset({"_check_crcs", "_records", "_tp", "_unpack_records"}),
+    "records": frozenset(
+        {
+            "_buffer",
+            "_check_crcs",
+            "_pos",
+            "_read_msg",
+            "_records",
+            "_tp",
+            "_unpack_records",
+        }
+    ),
     "recovery": frozenset(
         {
             "_build_offsets",

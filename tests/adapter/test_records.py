@@ -101,3 +101,33 @@ def test_a_corrupt_batch_is_refused() -> None:
     )
     with pytest.raises(CorruptRecordException):
         list(records)
+
+
+def test_a_header_name_that_is_not_utf8_is_read_escaped() -> None:
+    """aiokafka's readers raise UnicodeDecodeError on such a name (the
+    fetcher, at every retry: the worker stopped); TolerantRecords reads the
+    batch on with the name's bytes escaped, the other records as they were."""
+    from aiokafka.record.default_records import _DefaultRecordBatchBuilderPy
+
+    from seqkeeper.adapter.records import TolerantRecords
+
+    class RawName(str):
+        def encode(self, *args: object, **kwargs: object) -> bytes:  # type: ignore[override]
+            return b"\xff\xfe"
+
+    builder = _DefaultRecordBatchBuilderPy(2, 0, 0, -1, -1, -1, 1 << 20)
+    for i, headers in enumerate([[], [(RawName("x"), b"v"), ("n", None)], [("h", b"1")]]):
+        builder.append(i, 1_700_000_000_000 + i, b"k%d" % i, b"v", headers)
+    raw = bytes(builder.build()) + _batches([[(b"k3", b"w", [("a", b"")])]], base=3)
+    with pytest.raises(UnicodeDecodeError):
+        list(RawPartitionRecords(TP, MemoryRecords(raw), [], 0, RawTopics({"in"}), None, True, 0))
+    for deserializer in (RawTopics({"in"}), None):  # our records and aiokafka's
+        got = list(
+            RawPartitionRecords(TP, TolerantRecords(raw), [], 0, deserializer, None, True, 0)
+        )
+        assert [(r.offset, r.key, list(r.headers)) for r in got] == [
+            (0, b"k0", []),
+            (1, b"k1", [("\\xff\\xfe", b"v"), ("n", None)]),
+            (2, b"k2", [("h", b"1")]),
+            (3, b"k3", [("a", b"")]),
+        ]
