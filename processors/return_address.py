@@ -27,6 +27,8 @@ with ``*`` alone).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from seqkeeper.processors.command import Command, CommandReason, Outgoing
 from seqkeeper.processors.dead_letter import dead_letter_headers
 from seqkeeper.processors.values import value
@@ -141,12 +143,12 @@ def is_reply(out: Outgoing) -> bool:
 
 
 def undeliverable_letter(
-    reply_headers: tuple[tuple[str, bytes], ...] | list[tuple[str, bytes]],
+    reply_headers: Sequence[tuple[str, bytes | None]],
     topic: str,
     problem: str,
     source: str,
     partition: int,
-) -> list[tuple[str, bytes]]:
+) -> list[tuple[str, bytes | None]]:
     """The headers of the dead letter that takes the place of a reply the
     broker would not take in ``topic`` (``problem``: what it answered): the
     reply's own headers (its trace), then the dead-letter headers with

@@ -192,7 +192,7 @@ def command_reasons() -> set[str]:
     at = readme.index("- **`commands.dlq`**")
     entry = readme[at : readme.index("\n- **", at + 1) if "\n- **" in readme[at + 1 :] else None]
     entry = entry.split("\n\n")[0]
-    return set(re.findall(r"`([a-z]+(?:-[a-z]+)+)`", entry)) - {"commands.dlq"}
+    return set(re.findall(r"`([a-z]+(?:-[a-z]+)*)`", entry)) - {"commands.dlq"}
 
 
 def loads_or_none(value: bytes | None) -> Any:

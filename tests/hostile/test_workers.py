@@ -102,7 +102,7 @@ def test_hostile_records_are_dead_lettered_and_good_ones_come_out(
     make_settings: Any, names: dict[str, str], tmp_path: Path
 ) -> None:
     tag = names["app_id"]
-    replies = f"replies-{tag}"
+    replies = f"{tag}.replies"
     ordered = make_settings(app_id=f"{tag}-o", data_dir=tmp_path / "o")
     commands = make_settings(topology="commands", app_id=f"{tag}-c", data_dir=tmp_path / "c")
     bootstrap = ordered.broker.bootstrap

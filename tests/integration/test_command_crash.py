@@ -45,7 +45,7 @@ def test_a_command_cut_between_entity_and_receipt_is_applied_once(
     settings = make_settings(
         topology="commands", partitions=1, processing_guarantee="at_least_once"
     )
-    bootstrap, replies = settings.broker.bootstrap, f"replies-{tag}"
+    bootstrap, replies = settings.broker.bootstrap, f"{tag}.replies"
     changelog = changelog_topic(settings)
     asyncio.run(create_topics(bootstrap, [*settings.topics(), replies, changelog], 1))
     command = orjson.dumps(

@@ -60,7 +60,7 @@ CONFIG = Settings.of(bootstrap="unused", topology="commands", command_retry_dela
 EVENTS = CONFIG.commands.events_topic
 DLQ = CONFIG.commands.command_dlq_topic
 TENANTS = ("t1", "t2")
-TOPICS = (EVENTS, DLQ, *(f"replies-{t}" for t in TENANTS))
+TOPICS = (EVENTS, DLQ, *(f"{t}.replies" for t in TENANTS))
 #: what each kind of command must come to: (applied, receipt status)
 KINDS = {
     "Append": (True, "COMPLETED"),
@@ -109,7 +109,7 @@ def envelope(tenant: str, mid: str, kind: str, sku: str, reply: bool) -> bytes:
         "payload": {},
     }
     if reply:
-        doc["replyTo"] = f"replies-{tenant}"
+        doc["replyTo"] = f"{tenant}.replies"
     if kind == "Late":
         doc["expiresAt"] = 1000  # epoch ms: long past
     if kind == "Conflict":
@@ -263,7 +263,7 @@ def check(world: CommandWorld, sent: list[Sent]) -> None:
         copies: dict[tuple[str, str], set[bytes]] = defaultdict(set)
         for rec in out[topic]:
             doc = orjson.loads(rec.value)
-            tenant = doc.get("tenantId", topic.removeprefix("replies-"))
+            tenant = doc.get("tenantId", topic.removesuffix(".replies"))
             copies[(tenant, doc["messageId"])].add(
                 rec.value + repr(sorted(rec.headers)).encode() if topic == DLQ else rec.value
             )
@@ -276,7 +276,7 @@ def check(world: CommandWorld, sent: list[Sent]) -> None:
     replies = {
         (t, orjson.loads(r.value)["messageId"]): orjson.loads(r.value)
         for t in TENANTS
-        for r in out[f"replies-{t}"]
+        for r in out[f"{t}.replies"]
     }
     dead = {
         (orjson.loads(r.value)["tenantId"], orjson.loads(r.value)["messageId"]) for r in out[DLQ]
@@ -328,7 +328,7 @@ def run(world: CommandWorld, sent: list[Sent], script: list[tuple]) -> None:  # 
     again = [
         orjson.loads(r.value)["messageId"]
         for t in TENANTS
-        for r in world.outputs[f"replies-{t}"][before[f"replies-{t}"] :]
+        for r in world.outputs[f"{t}.replies"][before[f"{t}.replies"] :]
     ]
     assert sorted(again) == sorted(f"{c.mid}:reply" for c in sent if c.reply)
     assert len(world.outputs[EVENTS]) == before[EVENTS]
