@@ -30,6 +30,7 @@ from seqkeeper.adapter.routing import own_url, owners
 from seqkeeper.adapter.store import STORE_URL
 from seqkeeper.adapter.tables import RocksTable, raw_table
 from seqkeeper.adapter.transactions import TransactionalProducers
+from seqkeeper.adapter.web import quiet_bad_requests
 from seqkeeper.runtime.progress import (
     ReplayCollector,
     RestoreCollector,
@@ -116,6 +117,7 @@ def make_app(settings: Settings, app_id: str | None = None) -> App:
         env={},
     )
     app.client_security = security
+    quiet_bad_requests()  # (whoever reaches the web port cannot fill the log)
     app.fetch_max_wait_ms = settings.runtime.fetch_wait_ms()
     app.group_instance_id = settings.runtime.instance_id or None
     return app
