@@ -5,9 +5,9 @@ Used when no bootstrap address is configured: Apache Kafka when
 ``KAFKA_HOME`` names a distribution, else the embedded broker. Each listens
 on free loopback ports (``seqkeeper broker --host`` names another interface
 for the clients' listener; Kafka's controller listener stays on loopback:
-only the broker itself connects to it) and is stopped when its owner exits (also on Ctrl-C,
-on error, and by the parent-death signal on ``kill -9``: use them as context
-managers). The embedded broker keeps everything in memory; its known
+only the broker itself connects to it) and is stopped when its owner exits
+(also on Ctrl-C, on error, and by the parent-death signal on ``kill -9``:
+use them as context managers). The embedded broker keeps everything in memory; its known
 deviations from Apache Kafka are pinned by
 ``tests/integration/test_broker_deviations.py``.
 """
