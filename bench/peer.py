@@ -19,6 +19,7 @@ app = faust.App(
     datadir=env("BENCH_DATA", "./bench-peer-data"),
     topic_partitions=int(env("BENCH_PARTITIONS", "4")),
     web_port=int(env("BENCH_WEB_PORT", "6066")),
+    web_bind="127.0.0.1",  # (Faust's default is every interface)
     consumer_auto_offset_reset="earliest",
 )
 source = app.topic(env("BENCH_IN", "in"), key_serializer="raw", value_serializer="raw")

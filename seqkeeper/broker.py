@@ -3,9 +3,11 @@
 
 Used when no bootstrap address is configured: Apache Kafka when
 ``KAFKA_HOME`` names a distribution, else the embedded broker. Each listens
-on free loopback ports and is stopped when its owner exits (also on Ctrl-C,
-on error, and by the parent-death signal on ``kill -9``: use them as context
-managers). The embedded broker keeps everything in memory; its known
+on free loopback ports (``seqkeeper broker --host`` names another interface
+for the clients' listener; Kafka's controller listener stays on loopback:
+only the broker itself connects to it) and is stopped when its owner exits
+(also on Ctrl-C, on error, and by the parent-death signal on ``kill -9``:
+use them as context managers). The embedded broker keeps everything in memory; its known
 deviations from Apache Kafka are pinned by
 ``tests/integration/test_broker_deviations.py``.
 """
@@ -49,10 +51,44 @@ class BrokerError(RuntimeError):
     """A local broker could not be started."""
 
 
-def free_port() -> int:
-    """Return a TCP port on 127.0.0.1 that is free right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
+#: Where a server of ours listens unless told otherwise: this machine only.
+LOOPBACK = "127.0.0.1"
+#: Bind addresses that mean every interface (no client can connect to them).
+WILDCARDS = frozenset({"0.0.0.0", "::", ""})
+
+
+def _family(host: str) -> socket.AddressFamily:
+    return socket.AF_INET6 if ":" in host else socket.AF_INET
+
+
+def host_port(host: str, port: int) -> str:
+    """``host:port``, an IPv6 address in brackets (as URLs and Kafka's
+    listeners write it)."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def reachable(host: str) -> str:
+    """Where a client on this machine reaches a server bound to ``host``:
+    loopback for a wildcard, else ``host`` itself."""
+    if host in WILDCARDS:
+        return "::1" if ":" in host else LOOPBACK
+    return host
+
+
+def listen_here(host: str, port: int) -> None:
+    """Bind ``port`` of ``host`` (0: any port) with ``SO_REUSEADDR``, as
+    aiohttp's server and Tansu bind, and let it go; ``OSError`` when a
+    server could not listen there now (an address not of this machine, a
+    port in use)."""
+    with socket.socket(_family(host), socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+
+
+def free_port(host: str = LOOPBACK) -> int:
+    """Return a TCP port on ``host`` (default 127.0.0.1) that is free right now."""
+    with socket.socket(_family(host), socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
         return int(sock.getsockname()[1])
 
 
@@ -60,13 +96,20 @@ def port_is_free(host: str, port: int) -> bool:
     """Whether a server can listen on ``port`` of ``host`` right now (with
     ``SO_REUSEADDR``, as aiohttp's server binds: connections of a server that
     has exited do not hold the port)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((host, port))
-        except OSError:
-            return False
-        return True
+    try:
+        listen_here(host, port)
+    except OSError:
+        return False
+    return True
+
+
+def advertised_host(host: str, advertised: str | None) -> str:
+    """The host clients are told to connect to, for a listener bound to
+    ``host``: ``advertised`` when given; for a wildcard, this machine's
+    name (as Kafka advertises a listener without a host); else ``host``."""
+    if advertised:
+        return advertised
+    return socket.gethostname() if host in WILDCARDS else host
 
 
 def broker_binary() -> str:
@@ -135,25 +178,34 @@ class EmbeddedBroker(_BrokerProcess):
     """A Tansu broker process on a loopback port, memory storage.
 
     ``with EmbeddedBroker() as broker: broker.bootstrap`` -> ``"127.0.0.1:PORT"``.
+    ``host``: the interface it listens on (it has no authentication and
+    no TLS: anyone who reaches it reads and writes every topic);
+    ``advertised``: the host its metadata names (see :func:`advertised_host`).
     """
 
     kind = "the embedded broker (Tansu 0.6)"
 
-    def __init__(self, port: int | None = None, log_path: Path | None = None) -> None:
-        self.port = port or free_port()
-        self.bootstrap = f"127.0.0.1:{self.port}"
+    def __init__(
+        self,
+        port: int | None = None,
+        log_path: Path | None = None,
+        host: str = LOOPBACK,
+        advertised: str | None = None,
+    ) -> None:
+        self.host = host
+        self.port = port or free_port(host)
+        self.bootstrap = host_port(advertised_host(host, advertised), self.port)
         self.log_path = log_path
         self._proc = None
 
     def start(self, timeout: float = 15.0) -> EmbeddedBroker:
-        url = f"tcp://{self.bootstrap}"
         cmd = [
             broker_binary(),
             "broker",
             "--listener-url",
-            url,
+            f"tcp://{host_port(self.host, self.port)}",
             "--advertised-listener-url",
-            url,
+            f"tcp://{self.bootstrap}",
             "--storage-engine",
             "memory://tansu/",
         ]
@@ -177,7 +229,7 @@ class EmbeddedBroker(_BrokerProcess):
                     f"while starting on {self.bootstrap}"
                 )
             try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
+                with socket.create_connection((reachable(self.host), self.port), timeout=0.2):
                     return self
             except OSError:
                 time.sleep(0.02)
@@ -211,7 +263,9 @@ class KafkaBroker(_BrokerProcess):
     in a temporary directory, start ``bin/kafka-server-start.sh`` and wait
     until the broker answers. Any Kafka 3.7+ or 4.x distribution works; Java
     17+ must be on ``PATH`` (or ``JAVA_HOME`` set). The storage is removed
-    when the broker stops.
+    when the broker stops. ``host``, ``advertised``: the clients' listener's
+    interface and advertised host, as :class:`EmbeddedBroker`'s (its
+    listener is PLAINTEXT); the controller's is on loopback always.
 
     ``with KafkaBroker(Path(os.environ["KAFKA_HOME"])) as kafka: kafka.bootstrap``
     """
@@ -223,10 +277,13 @@ class KafkaBroker(_BrokerProcess):
         log_path: Path | None = None,
         partitions: int = 4,
         extra_config: Mapping[str, str] | None = None,
+        host: str = LOOPBACK,
+        advertised: str | None = None,
     ) -> None:
         self.home = Path(home)
-        self.port = port or free_port()
-        self.bootstrap = f"127.0.0.1:{self.port}"
+        self.host = host
+        self.port = port or free_port(host)
+        self.bootstrap = host_port(advertised_host(host, advertised), self.port)
         self.log_path = log_path
         self.partitions = partitions
         self.extra_config = dict(extra_config or {})
@@ -252,7 +309,10 @@ class KafkaBroker(_BrokerProcess):
 
     def _listener_config(self, controller_port: int) -> dict[str, str]:
         return {
-            "listeners": f"PLAINTEXT://{self.bootstrap},CONTROLLER://127.0.0.1:{controller_port}",
+            "listeners": (
+                f"PLAINTEXT://{host_port(self.host, self.port)},"
+                f"CONTROLLER://127.0.0.1:{controller_port}"
+            ),
             "advertised.listeners": f"PLAINTEXT://{self.bootstrap}",
             "inter.broker.listener.name": "PLAINTEXT",
             "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
@@ -322,6 +382,13 @@ class KafkaBroker(_BrokerProcess):
         props.chmod(0o600)
         env = {**os.environ, "LOG_DIR": str(self._dir / "server-logs")}
         env.setdefault("KAFKA_HEAP_OPTS", "-Xmx1G -Xms256m")
+        # No JMX port: kafka-run-class.sh's default KAFKA_JMX_OPTS starts
+        # the JVM's JMX agent, whose connector listens on every interface
+        # (on a random port), and JMX_PORT would add one without
+        # authentication. Any non-empty value replaces the default; local
+        # tools (jcmd, jconsole by pid) attach without it.
+        env.pop("JMX_PORT", None)
+        env["KAFKA_JMX_OPTS"] = "-Djava.awt.headless=true"
         # Formatting is a short-lived JVM: a small heap and no JIT tiers.
         fmt_env = {
             **env,
@@ -387,7 +454,7 @@ class KafkaBroker(_BrokerProcess):
                     f"on {self.bootstrap}; its log: {self._dir}/server-logs/server.log"
                 )
             try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
+                with socket.create_connection((reachable(self.host), self.port), timeout=0.2):
                     pass
             except OSError as exc:
                 last = exc

@@ -108,16 +108,49 @@ def check_connection(settings: Settings) -> None:
 
 @app.command()
 def broker(
-    port: Annotated[int, typer.Option(help="Port on 127.0.0.1; 0 picks a free one.")] = 0,
+    port: Annotated[int, typer.Option(help="Port; 0 picks a free one.")] = 0,
     kafka_home: Annotated[Optional[Path], flag("kafka_home")] = None,
+    host: Annotated[
+        str,
+        typer.Option(
+            help="Interface to listen on: 127.0.0.1, this machine only; 0.0.0.0, every "
+            "interface. The listener is PLAINTEXT without authentication: whoever reaches "
+            "it reads and writes every topic."
+        ),
+    ] = "127.0.0.1",
+    advertised_host: Annotated[
+        Optional[str],
+        typer.Option(
+            help="Host the broker tells clients to connect to "
+            "(default: --host; for 0.0.0.0, this machine's name)."
+        ),
+    ] = None,
 ) -> None:
     """Run a broker in the foreground: the embedded one (Tansu, memory only),
     or a fresh single-node Apache Kafka from KAFKA_HOME."""
-    from seqkeeper.broker import BrokerError, KafkaBroker, LocalBroker, kafka_home_from_env
+    from seqkeeper.broker import (
+        BrokerError,
+        KafkaBroker,
+        LocalBroker,
+        kafka_home_from_env,
+        listen_here,
+    )
 
+    try:
+        listen_here(host, port)
+    except OSError as e:
+        typer.echo(
+            f"error: --host {host} --port {port}: cannot listen there ({e.strerror}); "
+            "give an address of this machine (127.0.0.1, or 0.0.0.0 for every interface) "
+            "and a free port (0 picks one)",
+            err=True,
+        )
+        raise typer.Exit(2) from None
     home = kafka_home or kafka_home_from_env()
     local: LocalBroker = (
-        KafkaBroker(home, port=port or None) if home else EmbeddedBroker(port=port or None)
+        KafkaBroker(home, port=port or None, host=host, advertised=advertised_host)
+        if home
+        else EmbeddedBroker(port=port or None, host=host, advertised=advertised_host)
     )
     try:
         if home:

@@ -476,7 +476,9 @@ class RuntimeSettings:
     web_host: str = var(
         "SEQKEEPER_WEB_HOST",
         "127.0.0.1",
-        "Bind address of the web server (0.0.0.0 in a container).",
+        "The one interface the web server listens on: 127.0.0.1, this machine only; "
+        "0.0.0.0, every interface (in a container, behind its published port). Where "
+        "others reach it: SEQKEEPER_ADVERTISED_URL.",
     )
     advertised_url: str = var(
         "SEQKEEPER_ADVERTISED_URL",

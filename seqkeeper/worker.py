@@ -22,6 +22,7 @@ from seqkeeper.broker import (
     LocalBroker,
     die_with_parent,
     free_port,
+    listen_here,
     port_is_free,
 )
 from seqkeeper.permissions import PermissionDenied, check_access, check_topics
@@ -127,6 +128,8 @@ def run_worker(settings: Settings) -> None:
         print(f"error: {e}", file=sys.stderr, flush=True)
         raise SystemExit(2) from None
     install(security)
+
+    check_web_address(settings)
 
     # the user's code is loaded before any broker: a bad name fails fast
     wiring: Callable[[Settings], Wiring]
@@ -278,6 +281,26 @@ def await_broker_and_topics(settings: Settings) -> None:
         raise SystemExit(0) from None
 
 
+def check_web_address(settings: Settings) -> None:
+    """The web server can listen where the settings say, or the worker
+    stops here, before any broker, in one line (exit 1): a host that is not
+    an address of this machine, or a port in use, would otherwise end the
+    worker with aiohttp's traceback once it has joined the group."""
+    host, port = settings.runtime.web_host, settings.runtime.web_port
+    try:
+        listen_here(host, port)
+    except OSError as e:
+        print(
+            f"error: {VARS['web_host'].env}={host} {VARS['web_port'].env}={port}: the web "
+            f"server cannot listen there ({e.strerror}); give an address of this machine "
+            "(127.0.0.1: this machine only; 0.0.0.0: every interface) and a free port "
+            "(0 picks one)",
+            file=sys.stderr,
+            flush=True,
+        )
+        raise SystemExit(1) from None
+
+
 def web_port_for(settings: Settings) -> int:
     """A free port for the web server; for a static member (an instance id),
     the port it had before, kept in its data directory, while that is free.
@@ -289,7 +312,7 @@ def web_port_for(settings: Settings) -> int:
     the assertion ends aiokafka's coordinator task, and the worker sits idle
     without partitions). So a static member's address must outlive it."""
     if not settings.runtime.instance_id:
-        return free_port()
+        return free_port(settings.runtime.web_host)
     saved = settings.runtime.data_dir / "web.port"
     try:
         port = int(saved.read_text())
@@ -303,7 +326,7 @@ def web_port_for(settings: Settings) -> int:
                 "is refused until the group rebalances; set SEQKEEPER_WEB_PORT",
                 flush=True,
             )
-        port = free_port()
+        port = free_port(settings.runtime.web_host)
         saved.write_text(f"{port}\n")
     return port
 

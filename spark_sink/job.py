@@ -45,13 +45,24 @@ def spark_session(master: str) -> Any:
     from pyspark.sql import SparkSession
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    spark = (
+    builder = (
         SparkSession.builder.master(master)
         .appName("seqkeeper-compact")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.ui.showConsoleProgress", "false")
-        .getOrCreate()
     )
+    if master.startswith("local"):
+        # The whole job runs in this machine's JVM: nothing elsewhere needs
+        # to reach it. Left to Spark, the driver and its block manager
+        # listen on the address the host name resolves to, and the web UI
+        # (jobs, environment; no authentication) on every interface, port
+        # 4040; the CLI reports progress itself (watch_tasks).
+        builder = (
+            builder.config("spark.driver.bindAddress", "127.0.0.1")
+            .config("spark.driver.host", "127.0.0.1")
+            .config("spark.ui.enabled", "false")
+        )
+    spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")  # the CLI shows progress itself
     return spark
 

@@ -60,6 +60,9 @@ Each module, its job, and the tests that fail without it:
   (``tests/integration/test_reply_topics.py``).
 - :mod:`.declare`: Faust declares only topics the broker does not know, so
   pre-created topics need no Create ACL (``test_acls.py``).
+- :mod:`.web`: a request the web server cannot parse is one DEBUG line, not
+  an ERROR with a traceback quoting its bytes
+  (``tests/security/test_http_hostile.py``).
 """
 
 #: Private members of Faust, mode and aiokafka this package touches (read,

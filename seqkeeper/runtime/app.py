@@ -30,6 +30,7 @@ from seqkeeper.adapter.routing import own_url, owners
 from seqkeeper.adapter.store import STORE_URL
 from seqkeeper.adapter.tables import RocksTable, raw_table
 from seqkeeper.adapter.transactions import TransactionalProducers
+from seqkeeper.adapter.web import quiet_bad_requests
 from seqkeeper.runtime.progress import (
     ReplayCollector,
     RestoreCollector,
@@ -81,6 +82,11 @@ def make_app(settings: Settings, app_id: str | None = None) -> App:
         store=STORE_URL,
         datadir=str(settings.runtime.data_dir),
         web_enabled=True,
+        # The interface the web server listens on is web_bind (Faust's
+        # default: every interface); web_host is only the name in the
+        # default canonical_url. State queries expose message data: listen
+        # where SEQKEEPER_WEB_HOST says (loopback unless set), nowhere else.
+        web_bind=settings.runtime.web_host,
         web_host=settings.runtime.web_host,
         web_port=settings.runtime.web_port,
         # Faust's /table/<name>/<key>/ reads table data and /router/ lists
@@ -103,8 +109,15 @@ def make_app(settings: Settings, app_id: str | None = None) -> App:
         # as many requests one after another, each cycle longer than the last.
         producer_max_batch_size=PRODUCER_BATCH_BYTES,
         **faust_security(security),
+        # Faust reads its own environment variables (WEB_BIND, WEB_PORT,
+        # APP_WEB_TABLES_ENABLED, BROKER_URL, ...) over these arguments: a
+        # stray WEB_BIND=0.0.0.0 would open the web server to every
+        # interface, APP_WEB_TABLES_ENABLED=1 would serve the tables with no
+        # token. The settings above are the only source.
+        env={},
     )
     app.client_security = security
+    quiet_bad_requests()  # (whoever reaches the web port cannot fill the log)
     app.fetch_max_wait_ms = settings.runtime.fetch_wait_ms()
     app.group_instance_id = settings.runtime.instance_id or None
     return app

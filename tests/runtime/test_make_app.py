@@ -37,3 +37,25 @@ def test_faust_s_own_table_and_router_pages_are_not_served() -> None:
     served = [str(blueprint) for _, blueprint in app.web.blueprints._enabled]
     assert not [b for b in served if "tables" in b or "router" in b], served
     assert served  # (Faust's own index stays: {"status": "OK"})
+
+
+def test_the_web_server_binds_to_the_web_host_only() -> None:
+    # Faust listens on web_bind (its default: every interface); web_host is
+    # only the name in the default canonical URL (tests/security/test_bind.py
+    # checks the sockets of real workers)
+    for host in ("127.0.0.1", "0.0.0.0", "192.0.2.10"):
+        app = make_app(Settings.of(bootstrap="kafka:9092", web_host=host, web_port=7001))
+        assert (app.conf.web_bind, app.conf.web_host) == (host, host)
+
+
+def test_faust_s_own_environment_variables_change_nothing(monkeypatch) -> None:
+    # Faust reads WEB_BIND, WEB_PORT, APP_WEB_TABLES_ENABLED, BROKER_URL...
+    # over its arguments: the settings must be the only source
+    monkeypatch.setenv("WEB_BIND", "0.0.0.0")
+    monkeypatch.setenv("WEB_PORT", "1")
+    monkeypatch.setenv("APP_WEB_TABLES_ENABLED", "true")
+    monkeypatch.setenv("BROKER_URL", "kafka://elsewhere:9092")
+    app = make_app(Settings.of(bootstrap="kafka:9092", web_host="127.0.0.1", web_port=7001))
+    assert app.conf.web_bind == "127.0.0.1" and app.conf.web_port == 7001
+    assert not app.conf.web_tables_enabled
+    assert [str(url) for url in app.conf.broker] == ["kafka://kafka:9092"]
