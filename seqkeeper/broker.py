@@ -513,11 +513,13 @@ def make_tls_files(
     hosts: tuple[str, ...] = ("127.0.0.1", "localhost"),
     clients: tuple[str, ...] = (),
     server_name: str | None = None,
+    subjects: Mapping[str, str] | None = None,
 ) -> TlsFiles:
     """A new CA and a server certificate for ``hosts`` (IP addresses and DNS
     names) signed by it, written to ``directory`` (``cryptography``; valid
     for a day); and a client certificate ``CN=<name>`` for each of
-    ``clients``. The server certificate's subject is ``CN=<server_name>``
+    ``clients`` (or the subject ``subjects`` gives it, an RFC 4514 string).
+    The server certificate's subject is ``CN=<server_name>``
     (default: the first host); it serves as a client certificate too (a
     broker's to its controller). A second call makes another CA, which does
     not sign the first call's certificates."""
@@ -614,9 +616,14 @@ def make_tls_files(
     files.server.chmod(0o600)
     for name, client in files.clients.items():
         client_key = ec.generate_private_key(ec.SECP256R1())
+        subject = (subjects or {}).get(name)
         cert = (
             x509.CertificateBuilder()
-            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)]))
+            .subject_name(
+                x509.Name.from_rfc4514_string(subject)
+                if subject
+                else x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+            )
             .issuer_name(ca_name)
             .public_key(client_key.public_key())
             .serial_number(x509.random_serial_number())
@@ -672,7 +679,9 @@ class SecuredKafkaBroker(KafkaBroker):
     :attr:`mtls_bootstrap`; a client certificate ``CN=<admin>`` is made with
     the CA, and the principal of a certificate is its CN
     (``ssl.principal.mapping.rules``), so this one is ``User:<admin>``:
-    :meth:`client_security_mtls`.
+    :meth:`client_security_mtls`. ``client_subjects``: more client
+    certificates, by name, with these subjects (RFC 4514 strings);
+    ``principal_rules``: the broker's ``ssl.principal.mapping.rules``.
     """
 
     def __init__(
@@ -685,8 +694,12 @@ class SecuredKafkaBroker(KafkaBroker):
         admin: str = "admin",
         users: Mapping[str, str] | None = None,
         mtls: bool = False,
+        client_subjects: Mapping[str, str] | None = None,
+        principal_rules: str = "RULE:^CN=([^,]+)$/$1/,DEFAULT",
     ) -> None:
         super().__init__(home, port, log_path, partitions, extra_config)
+        self.client_subjects = dict(client_subjects or {})
+        self.principal_rules = principal_rules
         self.mtls_port = free_port() if mtls else None
         self.mtls_bootstrap = f"127.0.0.1:{self.mtls_port}" if mtls else ""
         self.admin = admin
@@ -716,11 +729,11 @@ class SecuredKafkaBroker(KafkaBroker):
     def client_security(self) -> ClientSecurity:
         return self.client_security_as(self.admin, self.admin_password)
 
-    def client_security_mtls(self) -> ClientSecurity:
+    def client_security_mtls(self, name: str | None = None) -> ClientSecurity:
         """How a client connects to :attr:`mtls_bootstrap`, as ``admin`` by
-        its certificate."""
+        its certificate (or by the certificate ``name`` of ``client_subjects``)."""
         assert self.tls is not None and self.mtls_port, "no mtls listener, or not started"
-        client = self.tls.clients[self.admin]
+        client = self.tls.clients[name or self.admin]
         return ClientSecurity(
             protocol="SSL",
             cafile=str(self.tls.ca),
@@ -748,9 +761,12 @@ class SecuredKafkaBroker(KafkaBroker):
         return path
 
     def _prepare(self, directory: Path) -> None:
-        clients = (self.admin,) if self.mtls_port else ()
+        clients = (self.admin, *self.client_subjects) if self.mtls_port else ()
         self.tls = make_tls_files(
-            directory / "tls", clients=clients, server_name=self.broker_principal
+            directory / "tls",
+            clients=clients,
+            server_name=self.broker_principal,
+            subjects=self.client_subjects,
         )
 
     def _listener_config(self, controller_port: int) -> dict[str, str]:
@@ -787,7 +803,7 @@ class SecuredKafkaBroker(KafkaBroker):
             # is its CN (Kafka's default would be the whole DN, "CN=admin")
             "listener.name.ssl.ssl.client.auth": "required",
             "listener.name.controller.ssl.client.auth": "required",
-            "ssl.principal.mapping.rules": "RULE:^CN=([^,]+)$/$1/,DEFAULT",
+            "ssl.principal.mapping.rules": self.principal_rules,
             "ssl.keystore.type": "PEM",
             "ssl.keystore.location": str(self.tls.server),
             "ssl.truststore.type": "PEM",

@@ -18,11 +18,30 @@ StandardAuthorizer (Read and Write imply Describe):
 * Create on its own topics and the ``G-`` prefix, unless an admin created
   them all (:func:`internal_topics` names Faust's): the worker sends
   CreateTopics only for topics the metadata does not show.
+
+The other users of a deployment (:data:`ROLES`, ``seqkeeper acls --role``)
+use no consumer group and no transactional id:
+
+* ``reader``: ``verify`` reads the ordered worker's input, outputs, dead
+  letters and late topic; ``inspect`` reads the command worker's changelog;
+* ``compactor``: ``compact`` reads both topologies' changelogs and message
+  topics (those that exist; it writes only the warehouse);
+* ``replayer``: ``replay`` writes its ``--topic`` (Create: it creates it
+  when missing);
+* ``client``: :class:`seqkeeper.client.CommandClient` and ``seqkeeper
+  send`` write the command topic and read their reply topic from its end,
+  which they create when missing.
+
+The principal they are granted to is the one the broker authorizes
+(:func:`principal_of`, :mod:`seqkeeper.principal`): the SASL user, or the
+client certificate's mapped subject; never ``User:ANONYMOUS``, which every
+unauthenticated client shares.
 """
 
 from __future__ import annotations
 
 import asyncio
+import shlex
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -37,9 +56,10 @@ from seqkeeper.adapter.permissions import (
     may_write,
     topic_errors,
 )
+from seqkeeper.principal import MappingError, anonymous_reason, certificate_principal
 from seqkeeper.runtime.repartition import group_of
 from seqkeeper.security import kafka_options
-from seqkeeper.settings import Settings
+from seqkeeper.settings import VARS, SettingError, Settings
 
 UNKNOWN_TOPIC_OR_PARTITION = 3
 CLUSTER_AUTHORIZATION_FAILED = 31
@@ -57,13 +77,15 @@ class Grant:
     prefixed: bool = False
 
     def command(self, principal: str, bootstrap: str = "BOOTSTRAP") -> str:
-        """The ``kafka-acls.sh`` command, run as an admin (``admin.properties``)."""
+        """The ``kafka-acls.sh`` command, run as an admin (``admin.properties``);
+        the principal quoted for the shell (a certificate's subject holds
+        ``,``, spaces, ``\\``)."""
         ops = " ".join(f"--operation {o}" for o in self.operations)
-        names = " ".join(f"--{self.kind} {n}" for n in self.names)
+        names = " ".join(f"--{self.kind} {shlex.quote(n)}" for n in self.names)
         pattern = " --resource-pattern-type prefixed" if self.prefixed else ""
         return (
             f"kafka-acls.sh --bootstrap-server {bootstrap} --command-config admin.properties "
-            f"--add --allow-principal User:{principal} {ops}{pattern} {names}"
+            f"--add --allow-principal {shlex.quote('User:' + principal)} {ops}{pattern} {names}"
         )
 
 
@@ -121,9 +143,100 @@ def worker_grants(
     return grants
 
 
+#: The users of a deployment ``seqkeeper acls --role`` prints the ACLs of.
+ROLES = ("worker", "command-worker", "reader", "compactor", "replayer", "client")
+#: ``seqkeeper send``'s reply topic unless given (its ``--reply-topic``).
+SEND_REPLY_TOPIC = "seqkeeper-send.replies"
+
+
+def role_grants(
+    settings: Settings,
+    role: str,
+    *,
+    create: bool = True,
+    reply_topics: Sequence[str] = (),
+    topic: str = "",
+) -> list[Grant]:
+    """The ACLs of ``role`` (:data:`ROLES`) with ``settings``: ``worker``,
+    the worker of the settings' topology; ``command-worker`` (``reply_topics``:
+    the ``replyTo`` topics it writes); ``reader`` (``verify``, ``inspect``);
+    ``compactor`` (``compact``); ``replayer`` (``replay --topic topic``);
+    ``client`` (``seqkeeper send``, :class:`~seqkeeper.client.CommandClient`:
+    ``reply_topics`` are its reply topics, ``seqkeeper send``'s default
+    when none). ``create=False``: the topics exist (an admin created them)."""
+    if role == "worker":
+        return worker_grants(settings, create=create, reply_topics=reply_topics)
+    if role == "command-worker":
+        commands = settings.with_overrides(topology="commands")
+        return worker_grants(commands, create=create, reply_topics=reply_topics)
+    if role == "reader":
+        from seqkeeper.inspect import changelog_topic
+
+        o = settings.ordered
+        verified = (o.input_topic, o.ordered_topic, o.deduped_topic, o.dlq_topic, o.late_topic)
+        return [Grant(("Read",), "topic", (*verified, changelog_topic(settings)))]
+    if role == "compactor":
+        from seqkeeper.spark_sink.job import plan_topics
+
+        # (every topic it would compact, as if all existed: it skips the others)
+        both = [settings.with_overrides(topology=t) for t in ("ordered", "commands")]
+        every = {t for s in both for t in [*s.topics(), *internal_topics(s)]}
+        changelogs, messages = plan_topics(settings, every)
+        return [Grant(("Read",), "topic", tuple(dict.fromkeys([*changelogs, *messages])))]
+    if role == "replayer":
+        if not topic:
+            raise ValueError("the replayer role needs the topic replay writes (--topic)")
+        grants = [Grant(("Write",), "topic", (topic,))]
+        return grants + ([Grant(("Create",), "topic", (topic,))] if create else [])
+    if role == "client":
+        replies = tuple(reply_topics) or (SEND_REPLY_TOPIC,)
+        grants = [
+            Grant(("Write",), "topic", (settings.commands.command_topic,)),
+            Grant(("Read",), "topic", replies),
+        ]
+        return grants + ([Grant(("Create",), "topic", replies)] if create else [])
+    raise ValueError(f"unknown role {role!r}: expected one of {', '.join(ROLES)}")
+
+
+#: Kafka's name for a client with neither a SASL user nor a client certificate.
+ANONYMOUS = "ANONYMOUS"
+
+
 def principal_of(settings: Settings) -> str:
-    """The user the broker authorizes: the SASL user, else ANONYMOUS."""
-    return settings.security.sasl_username or "ANONYMOUS"
+    """The name of the principal (``User:<name>``) the broker authorizes
+    these settings' clients as: the SASL user under SASL; with TLS, a
+    client certificate and no SASL, the certificate's subject mapped by
+    ``SEQKEEPER_SSL_PRINCIPAL_MAPPING_RULES`` (the broker's
+    ``ssl.principal.mapping.rules``); else :data:`ANONYMOUS`, which no
+    grant should name (:func:`is_anonymous`). A :class:`SettingError`
+    naming the variable when the certificate or the rules cannot be read."""
+    security = settings.security
+    if security.security_protocol.startswith("SASL_"):
+        return security.sasl_username
+    if security.security_protocol == "SSL" and security.ssl_certfile:
+        path, rules = security.ssl_certfile, security.ssl_principal_mapping_rules
+        try:
+            return certificate_principal(path, rules)
+        except MappingError as e:
+            raise SettingError(f"{VARS['ssl_principal_mapping_rules'].env}={rules}: {e}") from None
+        except OSError as e:
+            raise SettingError(
+                f"{VARS['ssl_certfile'].env}={path}: cannot read it "
+                f"({e.strerror or type(e).__name__})"
+            ) from None
+        except ValueError as e:
+            raise SettingError(f"{VARS['ssl_certfile'].env}={path}: {e}") from None
+    return ANONYMOUS
+
+
+def is_anonymous(settings: Settings) -> bool:
+    """Whether these settings' clients have no principal of their own
+    (neither a SASL user nor a client certificate)."""
+    security = settings.security
+    return not (
+        security.security_protocol.startswith("SASL_")
+        or (security.security_protocol == "SSL" and security.ssl_certfile)
+    )
 
 
 class PermissionDenied(RuntimeError):
@@ -136,11 +249,17 @@ def denied(
 ) -> PermissionDenied:
     """The refusal of ``operation`` on ``kind`` ``name``, and its grant (by
     prefix for the worker's ``G-`` resources)."""
-    user = principal_of(settings)
     prefix = f"{settings.group_id}-"
     prefixed = kind != "group" and name.startswith(prefix)
-    grant = Grant((operation,), kind, (prefix if prefixed else name,), prefixed)
     what = f"{kind} prefix {prefix!r} ({name!r})" if prefixed else f"{kind} {name!r}"
+    if is_anonymous(settings):
+        return PermissionDenied(
+            f"the broker denies {operation} on {what} ({answer}): "
+            + anonymous_reason(settings.security.security_protocol)
+            + ", then grant that user what `seqkeeper acls` prints"
+        )
+    user = principal_of(settings)
+    grant = Grant((operation,), kind, (prefix if prefixed else name,), prefixed)
     return PermissionDenied(
         f"user {user!r} may not {operation} {what} ({answer}): grant it with "
         + grant.command(user, settings.broker.bootstrap)

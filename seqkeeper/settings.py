@@ -413,6 +413,13 @@ class SecuritySettings:
     ssl_keyfile: str = var(
         "SEQKEEPER_SSL_KEYFILE", "", "PEM private key of the client certificate (unencrypted)."
     )
+    ssl_principal_mapping_rules: str = var(
+        "SEQKEEPER_SSL_PRINCIPAL_MAPPING_RULES",
+        "DEFAULT",
+        "The brokers' ssl.principal.mapping.rules, same syntax: with a client certificate and "
+        "no SASL, the principal that `seqkeeper acls` and missing-ACL lines name is the "
+        "certificate's subject mapped by them.",
+    )
     ssl_check_hostname: bool = var(
         "SEQKEEPER_SSL_CHECK_HOSTNAME",
         "true",

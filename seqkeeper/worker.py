@@ -25,7 +25,13 @@ from seqkeeper.broker import (
     listen_here,
     port_is_free,
 )
-from seqkeeper.permissions import PermissionDenied, check_access, check_topics
+from seqkeeper.permissions import (
+    PermissionDenied,
+    check_access,
+    check_topics,
+    is_anonymous,
+    principal_of,
+)
 from seqkeeper.plugins import PluginError, load_codec, load_processor, load_registry
 from seqkeeper.processors.command import Registry
 from seqkeeper.runtime.protocol import Wiring
@@ -128,6 +134,13 @@ def run_worker(settings: Settings) -> None:
         print(f"error: {e}", file=sys.stderr, flush=True)
         raise SystemExit(2) from None
     install(security)
+    # the principal the missing-ACL lines name: rules or a certificate that
+    # cannot be read fail here too, before any broker
+    try:
+        principal = "" if is_anonymous(settings) else principal_of(settings)
+    except SettingError as e:
+        print(f"error: {e}", file=sys.stderr, flush=True)
+        raise SystemExit(2) from None
 
     check_web_address(settings)
 
@@ -150,7 +163,9 @@ def run_worker(settings: Settings) -> None:
         if settings.runtime.web_port == 0:
             settings = settings.with_overrides(web_port=web_port_for(settings))
         await_broker_and_topics(settings)
-        settings = choose_guarantee(settings, embedded=isinstance(current_local(), EmbeddedBroker))
+        settings = choose_guarantee(
+            settings, embedded=isinstance(current_local(), EmbeddedBroker), principal=principal
+        )
         take_over_previous_members(settings, previous_members(settings.runtime.data_dir))
         app, task = build_app(settings, wiring(settings), beside=repartitioner(settings, codec))
         local = LocalState(settings.runtime.data_dir, Path(app.conf.tabledir))

@@ -4,12 +4,21 @@ prints them; tests/security/test_acls.py runs them on Apache Kafka."""
 from __future__ import annotations
 
 import re
+import shlex
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
+from seqkeeper.broker import make_tls_files
 from seqkeeper.cli import app
-from seqkeeper.permissions import denied, internal_topics, worker_grants
+from seqkeeper.permissions import (
+    SEND_REPLY_TOPIC,
+    denied,
+    internal_topics,
+    role_grants,
+    worker_grants,
+)
 from seqkeeper.settings import Settings
 
 PREFIX = "kafka-acls.sh --bootstrap-server kafka:9093 --command-config admin.properties --add "
@@ -88,4 +97,149 @@ def test_the_readme_lists_the_ordered_workers_acls(monkeypatch) -> None:
     s = Settings.of(app_id="seqkeeper", topology="ordered")
     assert [line.replace("$acl", prefix, 1) for line in lines] == [
         g.command("seqkeeper", "$B") for g in worker_grants(s)
+    ]
+
+
+def cli_env(monkeypatch, **env: str) -> None:
+    """The environment of one ``seqkeeper acls`` run: no security variable but ``env``."""
+    for name in (
+        "SEQKEEPER_APP_ID",
+        "SEQKEEPER_TOPOLOGY",
+        "SEQKEEPER_SECURITY_PROTOCOL",
+        "SEQKEEPER_SASL_USERNAME",
+        "SEQKEEPER_SASL_PASSWORD",
+        "SEQKEEPER_SASL_PASSWORD_FILE",
+        "SEQKEEPER_SSL_CERTFILE",
+        "SEQKEEPER_SSL_KEYFILE",
+        "SEQKEEPER_SSL_PRINCIPAL_MAPPING_RULES",
+        "SEQKEEPER_COMMAND_TOPIC",
+    ):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+
+
+@pytest.fixture(scope="module")
+def certificates(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    """A client certificate whose subject needs RFC 2253's escapes."""
+    return make_tls_files(
+        tmp_path_factory.mktemp("tls"),
+        clients=("w",),
+        subjects={"w": 'CN=Worker\\, A+UID=7,OU=str\\"eams,O=Example'},
+    )
+
+
+@pytest.mark.parametrize(
+    ("rules", "expected"),
+    [
+        # (the attributes of an RDN in their encoded order, as Java writes them)
+        ("", 'UID=7+CN=Worker\\, A,OU=str\\"eams,O=Example'),
+        ("RULE:^.*CN=([^\\\\,+]+).*$/$1/L,DEFAULT", "worker"),
+    ],
+)
+def test_acls_names_the_certificates_principal(monkeypatch, certificates, rules, expected) -> None:  # type: ignore[no-untyped-def]
+    """With SSL and a client certificate, no SASL: the principal is the
+    subject (RFC 2253, as Kafka's DefaultKafkaPrincipalBuilder takes it),
+    mapped by the broker's rules when given; quoted for the shell."""
+    client = certificates.clients["w"]
+    cli_env(
+        monkeypatch,
+        SEQKEEPER_SECURITY_PROTOCOL="SSL",
+        SEQKEEPER_SSL_CAFILE=str(certificates.ca),
+        SEQKEEPER_SSL_CERTFILE=str(client.cert),
+        SEQKEEPER_SSL_KEYFILE=str(client.key),
+        **({"SEQKEEPER_SSL_PRINCIPAL_MAPPING_RULES": rules} if rules else {}),
+    )
+    done = CliRunner().invoke(app, ["acls", "-b", "kafka:9093", "--app-id", "app"])
+    assert done.exit_code == 0, done.output
+    lines = done.output.splitlines()
+    assert lines and all(shlex.split(line)[7] == f"User:{expected}" for line in lines), lines
+    assert "ANONYMOUS" not in done.output
+
+
+def test_acls_refuses_to_grant_anonymous(monkeypatch) -> None:
+    for protocol in ("PLAINTEXT", "SSL"):
+        cli_env(monkeypatch, SEQKEEPER_SECURITY_PROTOCOL=protocol)
+        done = CliRunner().invoke(app, ["acls", "-b", "kafka:9093"])
+        assert done.exit_code == 2, done.output
+        [line] = done.output.splitlines()
+        assert line.startswith(f"error: no user to grant: the clients connect with {protocol}, ")
+        assert "User:ANONYMOUS" in line and "SEQKEEPER_SSL_CERTFILE" in line, line
+        assert "kafka-acls.sh" not in done.output
+    s = Settings.of(app_id="app")
+    line = str(denied(s, "Read", "topic", "events.in", "TOPIC_AUTHORIZATION_FAILED"))
+    assert "User:ANONYMOUS, as every other unauthenticated client" in line, line
+    assert "kafka-acls.sh" not in line
+
+
+def test_bad_mapping_rules_are_one_line_naming_the_variable(monkeypatch, certificates) -> None:  # type: ignore[no-untyped-def]
+    client = certificates.clients["w"]
+    cli_env(
+        monkeypatch,
+        SEQKEEPER_SECURITY_PROTOCOL="SSL",
+        SEQKEEPER_SSL_CERTFILE=str(client.cert),
+        SEQKEEPER_SSL_KEYFILE=str(client.key),
+        SEQKEEPER_SSL_PRINCIPAL_MAPPING_RULES="RULE:^CN=x$/y/",
+    )
+    done = CliRunner().invoke(app, ["acls"])
+    assert done.exit_code == 2, done.output
+    [line] = done.output.splitlines()
+    assert line.startswith("error: SEQKEEPER_SSL_PRINCIPAL_MAPPING_RULES=RULE:^CN=x$/y/: "), line
+    assert "no rule applies to" in line and "DEFAULT" in line, line
+
+
+def test_the_roles_grants(monkeypatch) -> None:
+    """Each role's ACLs, as each command uses the broker: no consumer group,
+    no transactional id; Create only on what the command creates."""
+    s = Settings.of(app_id="app", command_topic="shop.commands")
+    shape = {
+        role: [(g.operations, g.names) for g in role_grants(s, role, topic="again")]
+        for role in ("reader", "compactor", "replayer", "client")
+    }
+    late = s.ordered.late_topic
+    assert shape["reader"] == [
+        (
+            ("Read",),
+            (
+                "events.in",
+                "events.ordered",
+                "events.deduped",
+                "events.dlq",
+                late,
+                "app-commands-commands-changelog",
+            ),
+        )
+    ]
+    assert shape["compactor"] == [
+        (
+            ("Read",),
+            (
+                "app-state-changelog",
+                "app-commands-commands-changelog",
+                "events.in",
+                "events.ordered",
+                "events.deduped",
+                "events.dlq",
+                late,
+                "shop.commands",
+                "commands.events",
+                "commands.dlq",
+            ),
+        )
+    ]
+    assert shape["replayer"] == [(("Write",), ("again",)), (("Create",), ("again",))]
+    assert shape["client"] == [
+        (("Write",), ("shop.commands",)),
+        (("Read",), (SEND_REPLY_TOPIC,)),
+        (("Create",), (SEND_REPLY_TOPIC,)),
+    ]
+    assert all(g.kind == "topic" for role in shape for g in role_grants(s, role, topic="again"))
+    cli_env(monkeypatch)
+    done = CliRunner().invoke(
+        app, ["acls", "--role", "client", "--principal", "u", "--reply-topic", "r", "--no-create"]
+    )
+    assert done.exit_code == 0, done.output
+    assert [line.split("User:u ")[1] for line in done.output.splitlines()] == [
+        "--operation Write --topic commands.in",
+        "--operation Read --topic r",
     ]

@@ -92,12 +92,16 @@ def no_transactions(
     )
 
 
-def denied(requested: str, bootstrap: str, app_id: str, exc: BaseException) -> GuaranteeRefused:
-    """The refusal when the broker denies the probe its transactional id."""
+def denied(
+    requested: str, bootstrap: str, app_id: str, exc: BaseException, principal: str = ""
+) -> GuaranteeRefused:
+    """The refusal when the broker denies the probe its transactional id
+    (``principal``: the user the broker authorizes, when it has one)."""
     answer = getattr(type(exc), "message", type(exc).__name__)
+    who = f"the worker (User:{principal})" if principal else "the worker"
     return GuaranteeRefused(
         f"{SETTING}={requested}: the broker at {bootstrap} answered InitProducerId of "
-        f"{app_id}-probe with {answer}; the worker needs WRITE and DESCRIBE on "
+        f"{app_id}-probe with {answer}; {who} needs WRITE and DESCRIBE on "
         f"TransactionalId prefix {app_id}- (or set {SETTING}=at_least_once)"
     )
 
@@ -119,6 +123,7 @@ async def resolve_guarantee(
     embedded: bool,
     *,
     timeout: float | None = None,
+    principal: str = "",
 ) -> tuple[str, str]:
     """The guarantee to run (``exactly_once`` or ``at_least_once``) and why,
     for the setting's value ``requested``. Unless at_least_once is asked
@@ -138,7 +143,7 @@ async def resolve_guarantee(
         raise no_answer(requested, bootstrap, app_id, timeout) from None
     except Exception as exc:
         if is_authorization_error(exc):
-            raise denied(requested, bootstrap, app_id, exc) from None
+            raise denied(requested, bootstrap, app_id, exc, principal) from None
         raise
     if requested == "auto":
         if answer is None:
@@ -155,7 +160,7 @@ def probe_limit(broker_wait: float) -> float | None:
     return None if math.isinf(broker_wait) else max(broker_wait, PROBE_MIN_SECONDS)
 
 
-def choose_guarantee(settings: Settings, embedded: bool) -> Settings:
+def choose_guarantee(settings: Settings, embedded: bool, principal: str = "") -> Settings:
     """``settings`` with the guarantee the worker runs, resolved against
     its broker (``embedded``: the embedded broker this process started),
     and a line saying which and why. A refusal exits 1 with one line on
@@ -169,6 +174,7 @@ def choose_guarantee(settings: Settings, embedded: bool) -> Settings:
                 settings.group_id,
                 embedded,
                 timeout=probe_limit(settings.broker.broker_wait),
+                principal=principal,
             )
         )
     except GuaranteeRefused as exc:

@@ -82,6 +82,12 @@ def test_a_denial_names_the_acl_the_worker_needs() -> None:
     )
 
 
+def test_a_denial_names_the_principal_when_there_is_one() -> None:
+    exc = TransactionalIdAuthorizationFailed("orders-probe")
+    message = str(denied("auto", "h:1", "orders", exc, "CN=worker-a,OU=streams"))
+    assert "; the worker (User:CN=worker-a,OU=streams) needs WRITE and DESCRIBE on " in message
+
+
 def test_the_probe_gets_the_broker_wait_and_at_least_a_minimum() -> None:
     assert probe_limit(float("inf")) is None
     assert probe_limit(0.0) == PROBE_MIN_SECONDS

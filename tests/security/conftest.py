@@ -25,6 +25,18 @@ from seqkeeper.settings import EXAMPLE_HANDLERS, Secret, Settings
 LOGS = Path(tempfile.gettempdir()) / f"seqkeeper-secured-{uuid.uuid4().hex[:8]}"
 
 
+#: Client certificates of the mTLS listener besides admin's: one whose
+#: principal is its whole subject, one a mapping rule shortens.
+CLIENT_SUBJECTS = {
+    "worker-a": "CN=worker-a,OU=streams,O=Example",
+    "worker-b": "CN=Worker-B,OU=mapped,O=Example",
+}
+#: The broker's ssl.principal.mapping.rules: a certificate of a CN alone is
+#: that CN (admin's, the broker's), one of OU=mapped its CN in lower case,
+#: any other its whole subject (RFC 2253).
+PRINCIPAL_RULES = "RULE:^CN=([^,]+)$/$1/,RULE:^CN=([^,]+),OU=mapped,.*$/$1/L,DEFAULT"
+
+
 @pytest.fixture(scope="session")
 def secured_broker() -> Iterator[SecuredKafkaBroker]:
     home = kafka_home_from_env()
@@ -34,7 +46,14 @@ def secured_broker() -> Iterator[SecuredKafkaBroker]:
             "(the embedded broker has no TLS or SASL listener)"
         )
     LOGS.mkdir(parents=True, exist_ok=True)
-    with SecuredKafkaBroker(home, log_path=LOGS / "kafka.log", partitions=2, mtls=True) as kafka:
+    with SecuredKafkaBroker(
+        home,
+        log_path=LOGS / "kafka.log",
+        partitions=2,
+        mtls=True,
+        client_subjects=CLIENT_SUBJECTS,
+        principal_rules=PRINCIPAL_RULES,
+    ) as kafka:
         yield kafka
 
 
