@@ -804,6 +804,15 @@ class OrderedSettings:
         "value (epoch milliseconds, or ISO-8601 with offset). Empty: the record timestamp.",
         dotted_path,
     )
+    max_clock_skew: float = var(
+        "SEQKEEPER_MAX_CLOCK_SKEW",
+        "300",
+        "How far a message's event time may run ahead of the worker's clock. One further "
+        "ahead is dead-lettered (future-event-time) and does not move stream time, so it "
+        "cannot give up other keys' gaps; inf: no bound.",
+        seconds,
+        "s",
+    )
 
     def resequencer_policy(self) -> Policy:
         return Policy(
