@@ -900,8 +900,9 @@ class CommandSettings:
     handler_timeout: float = var(
         "SEQKEEPER_HANDLER_TIMEOUT",
         "30",
-        "How long an async command handler or ordered processor may run before the attempt "
-        "counts as failed (and is retried). A sync function cannot be interrupted.",
+        "How long a command handler or ordered processor may run before the attempt counts "
+        "as failed (and is retried). A sync one runs in a worker thread, which cannot be "
+        "stopped: its key waits until it returns.",
         seconds,
         "s",
     )

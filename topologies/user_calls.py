@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
+import queue
 import threading
 import time
 from collections.abc import Callable, Hashable, Sequence
@@ -73,6 +74,42 @@ def _run(calls: Sequence[Callable[[], Any]], progress: _Progress) -> None:
             outcomes.append(outcome)
 
 
+class _Threads:
+    """A pool of daemon threads, started as needed up to ``most``: a stuck
+    call must not hold up the process's exit (``concurrent.futures``'
+    threads are joined at exit)."""
+
+    def __init__(self, most: int) -> None:
+        self.most = most
+        self.jobs: queue.SimpleQueue[tuple[concurrent.futures.Future[Any], Callable[[], Any]]]
+        self.jobs = queue.SimpleQueue()
+        self.lock = threading.Lock()
+        self.started = 0
+        self.idle = 0
+
+    def submit(self, job: Callable[[], Any]) -> concurrent.futures.Future[Any]:
+        future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        with self.lock:
+            if self.idle == 0 and self.started < self.most:
+                self.started += 1
+                self.idle += 1
+                threading.Thread(target=self._work, name="seqkeeper-user", daemon=True).start()
+            self.idle -= 1
+        self.jobs.put((future, job))
+        return future
+
+    def _work(self) -> None:
+        while True:
+            future, job = self.jobs.get()
+            if future.set_running_or_notify_cancel():
+                try:
+                    future.set_result(job())
+                except BaseException as exc:  # noqa: BLE001 - handed to the awaiting side
+                    future.set_exception(exc)
+            with self.lock:
+                self.idle += 1
+
+
 class UserCalls:
     """Runs batches of sync calls in worker threads (see the module
     docstring); ``limit``: the handler timeout in seconds (``None``: none)."""
@@ -89,9 +126,7 @@ class UserCalls:
         self.stuck: dict[Hashable, int] = {}  # slot -> its stuck calls (at most one)
         self.stuck_count = 0
         self.warned = False
-        self.pool = concurrent.futures.ThreadPoolExecutor(
-            stuck_threads + RUNNING_BATCHES, thread_name_prefix="seqkeeper-user"
-        )
+        self.pool = _Threads(stuck_threads + RUNNING_BATCHES)
 
     def blocked(self, slot: Hashable) -> bool:
         """Whether ``slot`` has a call that is still running past its timeout."""
@@ -118,9 +153,8 @@ class UserCalls:
         the outcomes of those that returned (a prefix), and the slot of the
         call that ran past the timeout, if one did (its outcome is the
         caller's to make; the calls after it did not run)."""
-        loop = asyncio.get_running_loop()
         progress = _Progress()
-        future = loop.run_in_executor(self.pool, _run, calls, progress)
+        future = asyncio.wrap_future(self.pool.submit(lambda: _run(calls, progress)))
         limit = self.limit
         try:
             while True:
