@@ -15,17 +15,17 @@ processed, whatever the replayed input says.
 
 Where the Resequencer's step and the processor meet:
 
-* **A sync function, nothing queued for the key**: ``fn`` runs at once, in
-  the step, and its writes go before the Resequencer's (so a released
-  message is never without its processing, or its queue entry).
-* **An async function, a key with queued items, or a failure**: the items
-  are queued (``Q``, before the Resequencer's writes), and
-  :meth:`ProcessorStage.drain` runs them: the runtime awaits it before the
-  next fetch. Each result is written in one synchronous block after the
-  await, so an outbox take never sees half of one.
+* Released items are queued (``Q``, before the Resequencer's writes, so a
+  released message is never without its processing, or its queue entry),
+  and :meth:`ProcessorStage.drain` runs them: the runtime awaits it before
+  the next fetch. An async ``fn`` is awaited; a sync one runs in a worker
+  thread (:mod:`.user_calls`: one hop per round of calls, so that the
+  consumer's heartbeats go on while it blocks). Each result is written in
+  one synchronous block after the await, so an outbox take never sees half
+  of one.
 
-A failure (an exception, a result that cannot be stored, an async call past
-the handler timeout) holds the key back and is retried on the timer with
+A failure (an exception, a result that cannot be stored, a call past the
+handler timeout) holds the key back and is retried on the timer with
 the command handlers' attempts and backoff; the key's later messages wait
 in its queue, other keys go on. After the last attempt the message goes to
 the dead-letter topic with the error in headers (stored in ``O`` like an
