@@ -47,6 +47,9 @@ from seqkeeper.topologies.ordered import OrderedTopology
 from seqkeeper.worker import tune_interpreter
 
 PARTITIONS = FULL.partitions  # as the bench's topics
+#: Records per fetch (SEQKEEPER_MAX_POLL_RECORDS's default): the processor's
+#: runs are awaited after each, as the runtime does.
+FETCH = 2000
 
 
 def _table(directory: Path, settings: Settings) -> Any:
@@ -91,6 +94,14 @@ class Core:
             ("take", "changelog and local writes", "grouping", "outputs", "confirm"), 0.0
         )
 
+    @staticmethod
+    async def processed(stage: Any) -> None:
+        """What the runtime awaits after each fetch: the processor's runs
+        (a sync one's in a worker thread) of what the fetch released."""
+        waiting = stage.pending()
+        if waiting is not None:
+            await waiting
+
     async def cycle(self) -> None:
         """The runtime's outbox cycle (seqkeeper.runtime.task.Task.take), timed."""
         clock, parts = time.perf_counter, self.parts
@@ -117,11 +128,16 @@ class Core:
     async def run(self, records: Records, partitions: list[int], every: int) -> float:
         """Seconds for ``records`` and their cycles."""
         on_record, wall = self.topology.on_record, time.time()
+        stage = self.topology.stage
         start = time.perf_counter()
         for offset, ((key, value), partition) in enumerate(zip(records, partitions, strict=True)):
             on_record(partition, offset, key, value, wall, wall)
+            if stage is not None and offset % FETCH == FETCH - 1:
+                await self.processed(stage)
             if offset % every == every - 1:
                 await self.cycle()
+        if stage is not None:
+            await self.processed(stage)
         await self.cycle()
         await self.cycle()  # the confirmations' deletions
         return time.perf_counter() - start

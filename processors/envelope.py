@@ -35,6 +35,8 @@ class Reason:
     SEQUENCE_CONFLICT = "sequence-conflict"
     LATE_ARRIVAL = "late-arrival"
     BUFFER_OVERFLOW = "buffer-overflow"
+    #: the event time runs further ahead of the worker's clock than allowed
+    FUTURE_EVENT_TIME = "future-event-time"
 
 
 class InvalidMessage(ValueError):

@@ -815,6 +815,15 @@ class OrderedSettings:
         "value (epoch milliseconds, or ISO-8601 with offset). Empty: the record timestamp.",
         dotted_path,
     )
+    max_clock_skew: float = var(
+        "SEQKEEPER_MAX_CLOCK_SKEW",
+        "300",
+        "How far a message's event time may run ahead of the worker's clock. One further "
+        "ahead is dead-lettered (future-event-time) and does not move stream time, so it "
+        "cannot give up other keys' gaps; inf: no bound.",
+        seconds,
+        "s",
+    )
 
     def resequencer_policy(self) -> Policy:
         return Policy(
@@ -911,8 +920,9 @@ class CommandSettings:
     handler_timeout: float = var(
         "SEQKEEPER_HANDLER_TIMEOUT",
         "30",
-        "How long an async command handler or ordered processor may run before the attempt "
-        "counts as failed (and is retried). A sync function cannot be interrupted.",
+        "How long a command handler or ordered processor may run before the attempt counts "
+        "as failed (and is retried). A sync one runs in a worker thread, which cannot be "
+        "stopped: its key waits until it returns.",
         seconds,
         "s",
     )

@@ -18,9 +18,9 @@ after ``settings.commands.handler_timeout`` seconds (a transient failure,
 retried like any other), and then the decision is made and persisted in
 one synchronous block, on the entity and receipt as they are after the
 await (:meth:`CommandTopology.attempt`). ``on_records`` and ``on_tick`` then
-return a coroutine that goes on with the rest in order. A sync handler runs
-inside the synchronous block, as it always did, and is never interrupted
-(the timeout cannot stop it).
+return a coroutine that goes on with the rest in order. A sync handler goes
+the same way, run in a worker thread (:mod:`.user_calls`), so that the
+consumer's heartbeats go on while it runs and the timeout applies to it.
 
 With ``SEQKEEPER_COMMAND_AUTH=jwt`` a command is authorized before
 anything else is read or written for it: its ``authorization`` header's
@@ -42,6 +42,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import math
 import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator
 from typing import Any
@@ -74,6 +75,9 @@ from seqkeeper.processors.command import (
     timed_out,
     unscoped,
 )
+from seqkeeper.processors.command import (
+    run as run_handler,
+)
 from seqkeeper.processors.dead_letter import dead_letter_headers
 from seqkeeper.processors.envelope import InvalidMessage, trace_of
 from seqkeeper.processors.return_address import (
@@ -96,6 +100,7 @@ from seqkeeper.state.commands import CommandStore
 from seqkeeper.state.timers import Deadlines
 from seqkeeper.state.tokens import TokenKeys, load_keys
 from seqkeeper.topologies.queries import COMMANDS
+from seqkeeper.topologies.user_calls import UserCalls
 
 log = logging.getLogger("seqkeeper.commands")
 
@@ -136,7 +141,11 @@ class CommandTopology(OutboxOwner):
         store: CommandStore,
         registry: Registry,
         keys: TokenKeys | None = None,
+        threads: bool = False,
     ) -> None:
+        """``threads``: run sync handlers in worker threads, as the worker
+        does (else inline, as a test driver does: it never blocks)."""
+        self.threads = threads
         self.settings = settings
         #: with SEQKEEPER_COMMAND_AUTH=jwt, the keys that verify command
         #: tokens (``keys``, else read from SEQKEEPER_JWT_KEYS); else None
@@ -151,6 +160,7 @@ class CommandTopology(OutboxOwner):
         )
         self.retries = Deadlines()  # receipt ids by the time their retry is due
         self.timeout = settings.commands.handler_timeout
+        self.calls = UserCalls(None if math.isinf(self.timeout) else self.timeout)
         self.owned: set[int] = set()
         self.generation = 0
         #: moves at every revocation and assignment (so ``owned`` never
@@ -309,10 +319,10 @@ class CommandTopology(OutboxOwner):
         now: float,
         retrying: bool,
     ) -> bool:
-        """Whether deciding on ``command`` runs an async handler (the sync
-        path costs one look-up more than before: the handler's kind)."""
+        """Whether deciding on ``command`` runs a handler: awaited when
+        async, else in a worker thread (:mod:`.user_calls`)."""
         handler = self.registry.handlers.get((command.command_type, command.schema_version))
-        if handler is None or not self.is_async(handler):
+        if handler is None or not (self.threads or self.is_async(handler)):
             return False
         return handler_to_call(self.registry, entity, receipt, command, now, retrying) is not None
 
@@ -353,22 +363,33 @@ class CommandTopology(OutboxOwner):
             entity = self.store.entity(partition, command.entity)
             receipt = self.store.receipt(partition, command.receipt_id)
             handler = handler_to_call(self.registry, entity, receipt, command, at, retrying)
-            if handler is None or not self.is_async(handler):
+            if handler is None or not (self.threads or self.is_async(handler)):
                 outcome = None  # decided without awaiting a run
                 break
             if ran == (handler, entity.version):
                 break
             ran = (handler, entity.version)
-            outcome = await self.run(handler, entity.state, command)
+            outcome = await self.run(handler, entity.state, command, (partition, command.entity))
         decision = decide(
             self.registry, entity, receipt, command, at, self.retry, retrying, origin, outcome
         )
         self.apply(partition, command.entity, decision, entity, receipt)
 
-    async def run(self, handler: Handler, state: Any, command: Command) -> Outcome:
-        """One run of an async handler, stopped after the handler timeout
-        (a timeout is a transient failure naming the limit)."""
+    async def run(
+        self, handler: Handler, state: Any, command: Command, slot: Any = None
+    ) -> Outcome:
+        """One run of a handler, stopped after the handler timeout (a
+        timeout is a transient failure naming the limit); a sync one in a
+        worker thread, never beside a call on the same entity (``slot``)
+        still running past its timeout (:mod:`.user_calls`)."""
         limit = self.timeout
+        if not self.is_async(handler):
+            if self.calls.blocked(slot) or self.calls.full():
+                return Raised(RuntimeError("an earlier call of the handler is still running"))
+            outcomes, late = await self.calls.run(
+                [slot], [lambda: run_handler(handler, state, command)]
+            )
+            return timed_out(limit) if late is not None else outcomes[0]
         scope = asyncio.timeout(limit)
         try:
             async with scope:
@@ -458,6 +479,9 @@ class CommandTopology(OutboxOwner):
             return None
         trace = tuple((k, v.encode("latin-1")) for k, v in receipt.trace)
         command = parse_command(command_key(receipt.value), receipt.value, trace=trace)
+        if self.calls.blocked((partition, command.entity)):  # its last call still runs
+            self.retries.arm(partition, rid, now + self.retry.base)
+            return None
         entity = self.store.entity(partition, command.entity)
         if self.awaited(command, entity, receipt, now, True):
             return self.attempt(partition, command, now, True, receipt.origin, self.epoch)
@@ -663,7 +687,9 @@ def wiring(settings: Settings, registry: Registry, keys: TokenKeys | None = None
     return Wiring(
         input_topic=settings.commands.command_topic,
         table="commands",
-        build=lambda store: CommandTopology(settings, CommandStore(store), registry, keys),
+        build=lambda store: CommandTopology(
+            settings, CommandStore(store), registry, keys, threads=True
+        ),
         output_topic=_topic_name,
         registry=lambda topology: topology.metrics.registry,
         probe=lambda topology: {"owned": topology.owned},

@@ -32,6 +32,7 @@ released it is written.
 from __future__ import annotations
 
 import collections
+import datetime
 import itertools
 import logging
 from collections.abc import Awaitable, Callable, Iterable
@@ -39,7 +40,7 @@ from operator import itemgetter
 from typing import Any
 
 from seqkeeper.processors import deduplicator, resequencer
-from seqkeeper.processors.clock import StreamClock
+from seqkeeper.processors.clock import StreamClock, too_far_ahead
 from seqkeeper.processors.dead_letter import dead_letter_headers
 from seqkeeper.processors.envelope import (
     DEFAULT_SHAPE,
@@ -97,6 +98,7 @@ class OrderedTopology(OutboxOwner):
         self.policy = settings.ordered.resequencer_policy()
         self.retention = settings.ordered.retention()
         self.time_field = settings.ordered.time_field()
+        self.max_skew = settings.ordered.max_clock_skew
         self.shape = shape
         #: the topic read (named in dead letters): the input, or its repartition
         self.source_topic = source_topic or settings.ordered.input_topic
@@ -174,12 +176,17 @@ class OrderedTopology(OutboxOwner):
         try:
             message = parse(key, value, self.time_field, self.shape, headers)
         except InvalidMessage as exc:
-            self.clocks[partition] = clock.observe(timestamp, wall)
+            self.clocks[partition] = clock.observe(timestamp, wall, self.max_skew)
             self.dead_letter(
                 "dlq", key, value, exc.reason, exc.detail, partition, offset, timestamp, headers
             )
             return
         event_time = timestamp if message.event_time is None else message.event_time
+        if too_far_ahead(event_time, wall, self.max_skew):  # (its clock stays as it was)
+            self.future(
+                message, event_time, wall, key, value, partition, offset, timestamp, headers
+            )
+            return
         clock = self.clocks[partition] = clock.observe(event_time, wall)
         now = clock.now(wall)
         stores = self.stores
@@ -230,6 +237,42 @@ class OrderedTopology(OutboxOwner):
         stores.save(partition, message.key, step, decision.window, decision)
         self.emit(partition, "deduped", key, value, headers or None)
         self.after(partition, message.key, step, state)
+
+    def future(
+        self,
+        message: Message,
+        event_time: float | None,
+        wall: float,
+        key: bytes | None,
+        value: bytes | None,
+        partition: int,
+        offset: int,
+        timestamp: float | None,
+        headers: Headers,
+    ) -> None:
+        """Dead-letter a message whose event time is too far ahead: were it
+        processed, its partition's stream time would jump and give up every
+        gap waiting there (:mod:`processors.clock`)."""
+        assert event_time is not None
+        where = "its event-time field" if message.event_time is not None else "its record timestamp"
+        detail = (
+            f"key {message.key!r} seq {message.seq}: {where} "
+            f"({_iso(event_time)}) is {event_time - wall:.0f} s ahead of the worker's clock "
+            f"({_iso(wall)}), more than SEQKEEPER_MAX_CLOCK_SKEW={self.max_skew:g} s; "
+            "correct the producer's clock or the time, then send it again"
+        )
+        log.warning("event time too far ahead: %s", detail)
+        self.dead_letter(
+            "dlq",
+            key,
+            value,
+            Reason.FUTURE_EVENT_TIME,
+            detail,
+            partition,
+            offset,
+            timestamp,
+            headers,
+        )
 
     # -- timers ------------------------------------------------------------
     def on_tick(
@@ -479,6 +522,14 @@ class OrderedTopology(OutboxOwner):
         self.emit(partition, "late" if route == "late" else "dlq", key, value, [*headers, *reasons])
         self.metrics.dead_lettered.labels(reason).inc()
         log.info("dead-lettered partition=%s offset=%s reason=%s", partition, offset, reason)
+
+
+def _iso(t: float) -> str:
+    """An epoch time in seconds as ISO-8601 UTC (any float: never raises)."""
+    try:
+        return datetime.datetime.fromtimestamp(t, datetime.UTC).isoformat(timespec="seconds")
+    except (OverflowError, OSError, ValueError):
+        return f"{t:g} s after the epoch"
 
 
 def _headers(item: Emission) -> Headers | None:

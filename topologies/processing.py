@@ -15,17 +15,17 @@ processed, whatever the replayed input says.
 
 Where the Resequencer's step and the processor meet:
 
-* **A sync function, nothing queued for the key**: ``fn`` runs at once, in
-  the step, and its writes go before the Resequencer's (so a released
-  message is never without its processing, or its queue entry).
-* **An async function, a key with queued items, or a failure**: the items
-  are queued (``Q``, before the Resequencer's writes), and
-  :meth:`ProcessorStage.drain` runs them: the runtime awaits it before the
-  next fetch. Each result is written in one synchronous block after the
-  await, so an outbox take never sees half of one.
+* Released items are queued (``Q``, before the Resequencer's writes, so a
+  released message is never without its processing, or its queue entry),
+  and :meth:`ProcessorStage.drain` runs them: the runtime awaits it before
+  the next fetch. An async ``fn`` is awaited; a sync one runs in a worker
+  thread (:mod:`.user_calls`: one hop per round of calls, so that the
+  consumer's heartbeats go on while it blocks). Each result is written in
+  one synchronous block after the await, so an outbox take never sees half
+  of one.
 
-A failure (an exception, a result that cannot be stored, an async call past
-the handler timeout) holds the key back and is retried on the timer with
+A failure (an exception, a result that cannot be stored, a call past the
+handler timeout) holds the key back and is retried on the timer with
 the command handlers' attempts and backoff; the key's later messages wait
 in its queue, other keys go on. After the last attempt the message goes to
 the dead-letter topic with the error in headers (stored in ``O`` like an
@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import functools
 import inspect
 import logging
 import math
@@ -70,6 +71,7 @@ from seqkeeper.state import codecs
 from seqkeeper.state.base import Change, PartitionStore
 from seqkeeper.state.timers import Deadlines
 from seqkeeper.topologies.metrics import Metrics
+from seqkeeper.topologies.user_calls import UserCalls
 
 log = logging.getLogger("seqkeeper.processor")
 
@@ -124,6 +126,9 @@ class ProcessorStage:
         self.retries = Deadlines()
         self.runnable: set[Slot] = set()
         self.busy: set[Slot] = set()
+        #: keys not run while a call of theirs (or too many calls) ran past the timeout
+        self.held: set[Slot] = set()
+        self.calls = UserCalls(self.timeout, self.freed)
         self.owned: set[int] = set()
         self.epoch = 0  # moves on every revocation and assignment
         #: the keys' records as last written or read (only this stage writes
@@ -145,21 +150,8 @@ class ProcessorStage:
     # -- from the Resequencer's steps --------------------------------------
     def released(self, partition: int, key: str, items: Sequence[Emission], wall: float) -> None:
         """``items`` were released for ``key``; called before the step that
-        released them is written."""
+        released them is written: they are queued (``Q``) for :meth:`drain`."""
         slot = (partition, key)
-        if slot not in self.queues and not self.is_async:
-            record = self.load(partition, key)
-            for i, item in enumerate(items):
-                if is_done(item, record[0]):
-                    continue
-                message = message_of(key, item, self.decode)
-                ok, result = self.call_sync(_state(record[1]), message)
-                after = self.settle(partition, key, item, message, record, ok, result, False, wall)
-                if after is None:
-                    self.enqueue(slot, items[i:])
-                    return
-                record = after
-            return
         self.enqueue(slot, items)
         if slot not in self.waiting:
             self.runnable.add(slot)
@@ -305,6 +297,9 @@ class ProcessorStage:
             if not slots:
                 return
             self.runnable.difference_update(slots)
+            if not self.is_async:
+                await self.run_sync(slots, epoch)
+                continue
             for start in range(0, len(slots), CONCURRENT_KEYS):
                 await asyncio.gather(
                     *(self.run_key(slot, epoch) for slot in slots[start : start + CONCURRENT_KEYS])
@@ -343,6 +338,88 @@ class ProcessorStage:
         finally:
             self.busy.discard(slot)
 
+    async def run_sync(self, slots: list[Slot], epoch: int) -> None:
+        """Run the queues of ``slots`` with a sync ``fn``, in rounds: a
+        round is one batch in a worker thread (:mod:`.user_calls`) with
+        the next item of every key, each key in order. A key whose earlier
+        call still runs past its timeout, or every key while too many do,
+        is held until one returns."""
+        self.busy.update(slots)
+        try:
+            pending = slots
+            while pending and self.epoch == epoch:
+                pending = await self.sync_round(pending, epoch)
+        finally:
+            self.busy.difference_update(slots)
+
+    async def sync_round(self, slots: list[Slot], epoch: int) -> list[Slot]:
+        """One round of :meth:`run_sync`; the keys with more to run."""
+        ran: list[Slot] = []
+        calls: list[Callable[[], tuple[bool, Any]]] = []
+        items: list[tuple[Emission, Message, tuple[int, bytes | None]]] = []
+        for slot in slots:
+            if slot in self.waiting:
+                continue
+            if self.calls.blocked(slot):
+                self.held.add(slot)
+                continue
+            found = self.head(slot)
+            if found is None:
+                continue
+            item, record = found
+            message = message_of(slot[1], item, self.decode)
+            ran.append(slot)
+            calls.append(functools.partial(self.call_sync, _state(record[1]), message))
+            items.append((item, message, record))
+        if not calls:
+            return []
+        if self.calls.full():
+            self.held.update(ran)
+            return []
+        outcomes, late = await self.calls.run(ran, calls)
+        if self.epoch != epoch:
+            return []  # reassigned meanwhile: the queue entries are still stored
+        wall = self.clock()
+        more: list[Slot] = []
+        if late is not None:
+            limit = self.timeout or 0.0
+            timed_out = TimeoutError(
+                f"the processor ran past SEQKEEPER_HANDLER_TIMEOUT ({limit:g} s)"
+            )
+            outcomes = [*outcomes, (False, timed_out)]
+            more = ran[len(outcomes) :]  # not run: offered again
+        n = len(outcomes)
+        for slot, (item, message, record), (ok, result) in zip(
+            ran[:n], items[:n], outcomes, strict=True
+        ):
+            partition, key = slot
+            if partition not in self.owned:
+                continue
+            if self.settle(partition, key, item, message, record, ok, result, True, wall):
+                self.queues[slot].popleft()
+                more.append(slot)
+        return more
+
+    def head(self, slot: Slot) -> tuple[Emission, tuple[int, bytes | None]] | None:
+        """The key's next item to run and its record (items processed
+        before a crash cut their deletion are deleted on the way)."""
+        partition, key = slot
+        queue = self.queues.get(slot)
+        while queue:
+            item = queue[0]
+            record = self.load(partition, key)
+            if not is_done(item, record[0]):
+                return item, record
+            self.store.write(partition, [(codecs.queued_key(key, first_seq(item)), None, ())])
+            queue.popleft()
+        self.queues.pop(slot, None)
+        return None
+
+    def freed(self, slot: object) -> None:
+        """A call past its timeout returned: the keys held run again."""
+        self.runnable.update(self.held)
+        self.held.clear()
+
     # -- timers and assignments ------------------------------------------------
     def on_tick(self, wall: float) -> Any:
         """Retries that are due; the awaitable that runs them, if any."""
@@ -357,6 +434,7 @@ class ProcessorStage:
     def on_revoked(self) -> None:
         self.epoch += 1  # a drain under way stops at its next await
         self.key_records.clear()
+        self.held.clear()
 
     def on_assigned(self, partitions: set[int]) -> int:
         """Rebuild the queues from ``Q``; produce again the stored outputs
@@ -370,6 +448,7 @@ class ProcessorStage:
         self.retries = Deadlines()
         self.runnable.clear()
         self.busy.clear()
+        self.held.clear()
         again = 0
         for partition in sorted(partitions):
             for store_key, raw in self.store.items(partition, codecs.QUEUED):

@@ -1,7 +1,7 @@
-from hypothesis import given
+from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from seqkeeper.processors.clock import IDLE_GRACE, StreamClock
+from seqkeeper.processors.clock import IDLE_GRACE, StreamClock, too_far_ahead
 
 steps = st.lists(
     st.tuples(st.floats(0, 5), st.none() | st.floats(0, 1e6), st.booleans()),
@@ -51,3 +51,26 @@ def test_observe_is_the_newest_time_at_the_wall_clock_given(
     seen = [t for t in (start, record_time) if t is not None]
     expected = StreamClock(max(seen) if seen else wall, wall)
     assert clock.observe(record_time, wall) == expected
+
+
+skews = st.floats(0, 1e7)
+
+
+@given(st.none() | times, times, times, skews, st.floats(1e-3, 1e9))
+def test_a_time_beyond_the_skew_bound_never_moves_stream_time(
+    start: float | None, moved: float, wall: float, skew: float, beyond: float
+) -> None:
+    clock = StreamClock(start, moved)
+    after = clock.observe(wall + skew + beyond, wall, skew)
+    assert after is clock and after.now(wall) == clock.now(wall)
+    assert too_far_ahead(wall + skew + beyond, wall, skew)
+
+
+@given(st.none() | times, times, st.none() | st.floats(-1e9, 1e9), times, skews)
+def test_within_the_skew_bound_a_clock_observes_as_without_one(
+    start: float | None, moved: float, ahead: float | None, wall: float, skew: float
+) -> None:
+    record_time = None if ahead is None else wall + min(ahead, skew)
+    assume(not too_far_ahead(record_time, wall, skew))  # (not so only by rounding)
+    clock = StreamClock(start, moved)
+    assert clock.observe(record_time, wall, skew) == clock.observe(record_time, wall)

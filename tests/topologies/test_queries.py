@@ -4,6 +4,7 @@ at /state/<key>, /entities/<tenant>/<id> and /commands/<messageId>."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import orjson
@@ -67,6 +68,8 @@ def test_with_a_processor_its_cursor_and_state_are_shown() -> None:
     assert queries.key_state(topology, 0, "k") is None
     for offset, seq in enumerate([1, 2, 4]):
         topology.on_record(0, offset, b"k", event(seq), 100.0, wall=1.0)
+    assert topology.stage is not None
+    asyncio.run(topology.stage.pending())  # (a sync fn runs in a worker thread)
     found = queries.key_state(topology, 0, "k")
     assert found is not None
     assert found["processor"] == {"cursor": 2, "state": {"sum": 3}}
