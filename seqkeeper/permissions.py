@@ -38,7 +38,7 @@ from seqkeeper.adapter.permissions import (
     topic_errors,
 )
 from seqkeeper.runtime.repartition import group_of
-from seqkeeper.security import kafka_options
+from seqkeeper.security import BrokerRefused, kafka_options
 from seqkeeper.settings import Settings
 
 UNKNOWN_TOPIC_OR_PARTITION = 3
@@ -126,19 +126,26 @@ def principal_of(settings: Settings) -> str:
     return settings.security.sasl_username or "ANONYMOUS"
 
 
-class PermissionDenied(RuntimeError):
+class PermissionDenied(BrokerRefused):
     """The broker denies the worker an operation it needs: the message, one
     line, names the user, the operation, the resource and the grant."""
 
 
 def denied(
-    settings: Settings, operation: str, kind: str, name: str, answer: str
+    settings: Settings,
+    operation: str,
+    kind: str,
+    name: str,
+    answer: str,
+    *,
+    by_prefix: bool = True,
 ) -> PermissionDenied:
     """The refusal of ``operation`` on ``kind`` ``name``, and its grant (by
-    prefix for the worker's ``G-`` resources)."""
+    prefix for the worker's ``G-`` resources; ``by_prefix=False``: the
+    resource itself, for the commands that read a worker's topics)."""
     user = principal_of(settings)
     prefix = f"{settings.group_id}-"
-    prefixed = kind != "group" and name.startswith(prefix)
+    prefixed = by_prefix and kind != "group" and name.startswith(prefix)
     grant = Grant((operation,), kind, (prefix if prefixed else name,), prefixed)
     what = f"{kind} prefix {prefix!r} ({name!r})" if prefixed else f"{kind} {name!r}"
     return PermissionDenied(
