@@ -240,9 +240,9 @@ def operator_case(
     if case == "verify":
         names = {"input_topic": t("v-in"), "ordered_topic": t("v-ord"), "deduped_topic": t("v-dd")}
         names |= {"dlq_topic": t("v-dlq"), "late_topic": t("v-late")}
-        return ["verify"], settings.with_overrides(**names), "Read", t("v-dlq")
+        return ["verify", "-b", b], settings.with_overrides(**names), "Read", t("v-dlq")
     if case == "inspect":
-        args = ["inspect", "--message-id", "m1", "--web-port", "0"]
+        args = ["inspect", "-b", b, "--message-id", "m1", "--web-port", "0"]
         changelog = f"i-{tag}-commands-commands-changelog"
         return args, settings.with_overrides(app_id=f"i-{tag}"), "Read", changelog
     if case == "compact":
