@@ -25,7 +25,7 @@ from pathlib import PurePath
 
 from seqkeeper.permissions import PermissionDenied, denied, principal_of
 from seqkeeper.plugins import PluginError
-from seqkeeper.security import BrokerRefused, failure, security_cause
+from seqkeeper.security import BrokerRefused, ClientSecurity, failure, security_cause
 from seqkeeper.settings import SettingError, Settings
 from seqkeeper.topics import TopicsNotCreated, UnknownTopic
 
@@ -73,7 +73,7 @@ def refusal(
     bootstrap = settings.broker.bootstrap if settings else ""
     cause = logged_cause or security_cause(exc)
     if cause:
-        return failure(bootstrap, cause)
+        return failure(bootstrap, cause, _security(settings))
     if settings is None:
         return None
     if isinstance(exc, TopicAuthorizationFailedError) and _named(exc):
@@ -95,6 +95,14 @@ def refusal(
             "(seqkeeper acls prints what a worker needs)"
         )
     return None
+
+
+def _security(settings: Settings | None) -> ClientSecurity | None:
+    """How the clients of ``settings`` connect (None: the process default)."""
+    try:
+        return ClientSecurity.of(settings.security) if settings else None
+    except SettingError:  # (a password file that cannot be read: not this line's news)
+        return None
 
 
 def _named(exc: BaseException) -> str:
