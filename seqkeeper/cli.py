@@ -23,19 +23,19 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 class Commands(typer.Typer):
     """``typer.Typer`` whose every command fails in one line: an error the
-    user can fix is mapped once, for all of them (:func:`one_line`)."""
+    user can fix is mapped once, for all of them (:func:`in_one_line`)."""
 
     def command(self, *args: Any, **kwargs: Any) -> Callable[[F], F]:
         register = super().command(*args, **kwargs)
 
         def decorator(f: F) -> F:
-            register(one_line(f))
+            register(in_one_line(f))
             return f
 
         return decorator
 
 
-def one_line(command: F) -> F:
+def in_one_line(command: F) -> F:
     """``command``, whose failures of :func:`seqkeeper.failures.one_line`
     (a setting, a credential, a certificate, an ACL, a topic) print
     ``error: <one line>`` and exit with its code, with no traceback; a
@@ -43,7 +43,7 @@ def one_line(command: F) -> F:
 
     @functools.wraps(command)
     def run(*args: Any, **kwargs: Any) -> Any:
-        from seqkeeper.failures import one_line as mapped
+        from seqkeeper.failures import one_line
 
         global _command_settings
         _command_settings = None
@@ -53,7 +53,7 @@ def one_line(command: F) -> F:
             except (click.exceptions.Exit, click.ClickException, click.Abort):
                 raise  # typer's own: an exit code, a usage error
             except Exception as exc:
-                said = mapped(exc, _command_settings or _environment(), causes.cause)
+                said = one_line(exc, _command_settings or _environment(), causes.cause)
                 if said is None:
                     raise
                 line, code = said
@@ -118,7 +118,7 @@ class Isolation(StrEnum):
 
 
 #: The settings of the command running (:func:`settings_of`): whom and
-#: where :func:`main` names in a failure's line.
+#: where :func:`in_one_line` names in a failure's line.
 _command_settings: Settings | None = None
 
 
@@ -129,7 +129,7 @@ def settings_of(
     broker and security settings are the worker's: ``KAFKA_BOOTSTRAP_SERVERS``
     and the ``SEQKEEPER_SECURITY_*`` variables, a flag given instead); a bad
     value, in the environment or in a flag, is one line and exit 2, not a
-    traceback (:func:`main`). ``connects``: the command connects to the
+    traceback (:class:`Commands`). ``connects``: the command connects to the
     broker they name, first through :func:`check_connection`;
     ``needs_broker``: it starts none, so one must be named."""
     global _command_settings
@@ -163,7 +163,7 @@ def check_connection(settings: Settings) -> None:
     lines of it are kept from the output); a security failure is our one
     line, before Spark or any worker starts. Once it succeeded, aiokafka
     speaks as usual: a security failure later (a password changed mid-run)
-    is news, printed by aiokafka and named again by :func:`main`.
+    is news, printed by aiokafka and named again by :func:`in_one_line`.
 
     Any other failure is left to the command (it waits for the broker or
     reports it its own way). No broker (the command starts its own) or
@@ -177,7 +177,7 @@ def check_connection(settings: Settings) -> None:
     if not bootstrap or security.protocol == "PLAINTEXT":
         return
     with installed(security):  # the environment's, unless a caller's settings differ
-        asyncio.run(first_connection(bootstrap))  # (a SecurityFailure: one_line's line)
+        asyncio.run(first_connection(bootstrap))  # (a SecurityFailure: one line, exit 1)
 
 
 @app.command()
@@ -298,7 +298,7 @@ def worker(
         handler_timeout=handler_timeout,
         broker_wait=broker_wait,
     )
-    run_worker(settings)  # (the user's code or the token: one line, exit 2: one_line)
+    run_worker(settings)  # (the user's code or the token: one line, exit 2: Commands)
 
 
 @app.command()

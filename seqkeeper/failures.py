@@ -1,6 +1,7 @@
 """What a command prints when it fails for a reason the user can fix: one
 line and an exit code (docs/operations.md), mapped here once for every
-command, by :func:`one_line` (:func:`seqkeeper.cli.main` applies it).
+command, by :func:`one_line` (:func:`seqkeeper.cli.in_one_line` applies
+it to each).
 
 * exit 2, something to correct before running again: a bad setting or flag
   (:class:`~seqkeeper.settings.SettingError`), a module that does not load
