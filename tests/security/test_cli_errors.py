@@ -9,7 +9,13 @@ test_mtls's; ``verify`` is run here too, as every connecting command is.
 ``replay`` and ``compact`` connect after Spark has started (``replay``
 after it selected from the warehouse): the check at their start stops them
 before, so the warehouse here does not exist (``replay`` reads it only
-once the connection is known to work)."""
+once the connection is known to work).
+
+A client certificate of another CA on the mutual TLS listener: the same
+line as for none, naming the certificate. A user granted all a command
+needs but one ACL (``verify``, ``inspect``, ``compact``, ``replay``,
+``send``, and ``seqkeeper.client``): one line naming the user, the topic
+and the grant, and nothing written."""
 
 from __future__ import annotations
 
