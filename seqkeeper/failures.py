@@ -6,7 +6,8 @@ it to each).
 * exit 2, something to correct before running again: a bad setting or flag
   (:class:`~seqkeeper.settings.SettingError`), a module that does not load
   (:class:`~seqkeeper.plugins.PluginError`), a missing audit key, a topic
-  that does not exist (:class:`~seqkeeper.topics.UnknownTopic`);
+  that does not exist (:class:`~seqkeeper.topics.UnknownTopic`), a broker
+  address where none answers;
 * exit 1, the broker refused: credentials or a certificate
   (:class:`~seqkeeper.security.SecurityFailure`, also when aiokafka only
   logged the cause), an ACL (:class:`~seqkeeper.permissions.PermissionDenied`,
@@ -43,6 +44,8 @@ def one_line(
     read); ``logged_cause``: a security failure aiokafka logged meanwhile
     (:func:`seqkeeper.security.watching`). None: not a failure of this
     kind (a bug: its traceback is wanted)."""
+    from aiokafka.errors import KafkaConnectionError
+
     from seqkeeper.spark_sink.crypto import AuditKeyError
 
     if isinstance(exc, TopicsNotCreated):
@@ -50,7 +53,12 @@ def one_line(
     if isinstance(exc, SettingError | PluginError | AuditKeyError | UnknownTopic):
         return str(exc), USAGE
     refused = refusal(exc, settings, logged_cause)
-    return None if refused is None else (str(refused), REFUSED)
+    if refused is not None:
+        return str(refused), REFUSED
+    if isinstance(exc, KafkaConnectionError) and settings is not None:
+        # (aiokafka's "Unable to bootstrap from [...]" says no more)
+        return f"cannot reach a Kafka broker at {settings.broker.bootstrap}", USAGE
+    return None
 
 
 def refusal(

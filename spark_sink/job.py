@@ -22,8 +22,8 @@ async def existing_topics(bootstrap: str) -> set[str]:
     from aiokafka import AIOKafkaConsumer
 
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, **kafka_options())
-    await consumer.start()
-    try:
+    try:  # (stopped when its start fails too: else "Unclosed AIOKafkaConsumer")
+        await consumer.start()
         return set(await consumer.topics())
     finally:
         await consumer.stop()

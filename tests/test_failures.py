@@ -14,6 +14,7 @@ import pytest
 from aiokafka.errors import (
     ClusterAuthorizationFailedError,
     GroupAuthorizationFailedError,
+    KafkaConnectionError,
     TopicAuthorizationFailedError,
     TransactionalIdAuthorizationFailed,
 )
@@ -99,6 +100,10 @@ def test_the_typed_failures_and_their_codes() -> None:
         USAGE,
     )
     assert one_line(ValueError("a bug"), s) is None
+    assert one_line(KafkaConnectionError("Unable to bootstrap from [...]"), s) == (
+        f"cannot reach a Kafka broker at {BOOTSTRAP}",
+        USAGE,
+    )
     assert one_line(TopicAuthorizationFailedError(), s) is not None  # (no topic: still one line)
 
 

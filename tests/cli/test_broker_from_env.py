@@ -14,6 +14,7 @@ from collections.abc import Callable
 import orjson
 import pytest
 
+from seqkeeper.broker import free_port
 from seqkeeper.demo import publish
 from seqkeeper.settings import Settings
 from seqkeeper.topics import create_topics
@@ -85,3 +86,21 @@ def test_without_a_broker_it_is_one_line(command: str) -> None:
     assert done.stderr.splitlines() == [
         "error: no broker: give --broker or set KAFKA_BOOTSTRAP_SERVERS (the workers' cluster)"
     ], done.stderr
+
+
+@pytest.mark.parametrize("command", ["verify", "compact", "inspect", "replay"])
+def test_a_broker_that_does_not_answer_is_one_error_line(command: str) -> None:
+    """No traceback, no "Unclosed AIOKafkaConsumer": the address named, exit 2
+    (aiokafka's own "Unable connect" line is kept: not a security failure)."""
+    nobody = f"127.0.0.1:{free_port()}"  # nothing listens there
+    args = {
+        "verify": ["verify"],
+        "compact": ["compact"],
+        "inspect": ["inspect", "--message-id", "m1", "--web-port", "0"],
+        "replay": ["replay", "--topic", "t"],
+    }[command]
+    done = run_cli([*args, "-b", nobody], dict(os.environ))
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "Traceback" not in done.stderr and "Unclosed" not in done.stderr, done.stderr
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert errors == [f"error: cannot reach a Kafka broker at {nobody}"], done.stderr
