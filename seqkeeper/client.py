@@ -15,6 +15,16 @@ With a ``signer`` (:class:`seqkeeper.state.tokens.TokenSigner`: a private
 key and its kid), each command carries a token for its own tenant and
 commandType, bound to its bytes (``SEQKEEPER_COMMAND_AUTH=jwt``,
 docs/security.md).
+
+Refusals are one line, as the CLI prints them (``seqkeeper send``), and
+come before anything is sent: :meth:`CommandClient.start` checks that the
+client may Write the command topic and Read its reply topic (Create on it
+when missing), and raises a :class:`~seqkeeper.security.BrokerRefused`:
+:class:`~seqkeeper.security.SecurityFailure` for credentials or a
+certificate, :class:`~seqkeeper.permissions.PermissionDenied` for an ACL
+(naming the user, the resource and the ``kafka-acls.sh`` command that
+grants it). A permission taken away later fails the requests waiting, and
+those after, the same way (not as a :class:`ReplyTimeout`).
 """
 
 from __future__ import annotations
@@ -30,10 +40,20 @@ from typing import Any, Self, TypeVar
 
 import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka.errors import KafkaError
 
-from seqkeeper.security import kafka_options
+from seqkeeper.security import BrokerRefused, kafka_options, surfaced
 from seqkeeper.state.tokens import TokenSigner as TokenSigner  # (public: signs commands)
-from seqkeeper.topics import create_topics, topic_partitions
+from seqkeeper.topics import topic_partitions
+
+__all__ = [
+    "BrokerRefused",
+    "CommandClient",
+    "Reply",
+    "ReplyTimeout",
+    "SyncCommandClient",
+    "TokenSigner",
+]
 
 T = TypeVar("T")
 
@@ -109,9 +129,30 @@ class CommandClient:
         self._producer: AIOKafkaProducer | None = None
         self._consumer: AIOKafkaConsumer | None = None
         self._reader: asyncio.Task[None] | None = None
+        #: why the replies can no longer be read (raised by the requests)
+        self._refused: BaseException | None = None
 
     async def start(self) -> None:
-        await create_topics(self.bootstrap, [self.reply_topic], self.reply_partitions)
+        """Connect, once the checks of the module's docstring passed; on a
+        failure nothing is left open."""
+        try:
+            with surfaced(self.bootstrap):
+                await self._start()
+        except BaseException:
+            await self.stop()
+            raise
+
+    async def _start(self) -> None:
+        from seqkeeper.access import check_topics
+
+        # the command topic may be missing (the worker creates it): not probed then
+        await check_topics(
+            self._settings(),
+            reads=[self.reply_topic],
+            writes=[self.command_topic],
+            optional={self.command_topic},
+            create={self.reply_topic: self.reply_partitions},
+        )
         self._producer = AIOKafkaProducer(
             bootstrap_servers=self.bootstrap,
             **kafka_options(),
@@ -132,6 +173,20 @@ class CommandClient:
         for tp in partitions:  # the position now, before any request is sent
             await self._consumer.position(tp)
         self._reader = asyncio.create_task(self._read_replies())
+
+    def _settings(self) -> Any:
+        """The environment's settings on this client's broker: whom a
+        refusal names (:func:`seqkeeper.permissions.principal_of`)."""
+        from seqkeeper.settings import Settings
+
+        return Settings.of(bootstrap=self.bootstrap)
+
+    def _refusal(self, exc: BaseException) -> BaseException:
+        """``exc`` as a one-line :class:`BrokerRefused` when the broker
+        refused (:func:`seqkeeper.failures.refusal`), else as it is."""
+        from seqkeeper.failures import refusal
+
+        return refusal(exc, self._settings()) or exc
 
     async def stop(self) -> None:
         if self._reader is not None:
@@ -156,7 +211,17 @@ class CommandClient:
     async def _read_replies(self) -> None:
         assert self._consumer is not None
         while True:
-            fetched = await self._consumer.getmany(timeout_ms=200)
+            try:
+                fetched = await self._consumer.getmany(timeout_ms=200)
+            except KafkaError as exc:  # (a Read ACL taken away, a password changed)
+                refused = self._refusal(exc)
+                if not isinstance(refused, BrokerRefused):
+                    raise
+                self._refused = refused
+                for pending in self._pending.values():
+                    if not pending.done():
+                        pending.set_exception(refused)
+                return
             for records in fetched.values():
                 for record in records:
                     reply = None if record.value is None else Reply.parse(record.value)
@@ -200,11 +265,19 @@ class CommandClient:
     async def _send(self, doc: dict[str, Any]) -> None:
         if self._producer is None:
             raise RuntimeError("the client is not started (use it in 'async with')")
+        if self._refused is not None:  # its reply could not be read
+            raise self._refused
         value = orjson.dumps(doc)
         headers = None if self.signer is None else [self.signer.header(doc, time.time(), value)]
-        await self._producer.send_and_wait(
-            self.command_topic, value, key=doc["partitionKey"].encode(), headers=headers
-        )
+        try:
+            await self._producer.send_and_wait(
+                self.command_topic, value, key=doc["partitionKey"].encode(), headers=headers
+            )
+        except KafkaError as exc:  # (a Write ACL taken away)
+            refused = self._refusal(exc)
+            if refused is exc:
+                raise
+            raise refused from None
 
     async def send(self, command_type: str, key: str, payload: Any, **options: Any) -> str:
         """Send a command without waiting for a reply (none is asked for);

@@ -58,7 +58,7 @@ from seqkeeper.adapter.permissions import (
 )
 from seqkeeper.principal import MappingError, anonymous_reason, certificate_principal
 from seqkeeper.runtime.repartition import group_of
-from seqkeeper.security import kafka_options
+from seqkeeper.security import BrokerRefused, kafka_options
 from seqkeeper.settings import VARS, SettingError, Settings
 
 UNKNOWN_TOPIC_OR_PARTITION = 3
@@ -239,18 +239,25 @@ def is_anonymous(settings: Settings) -> bool:
     )
 
 
-class PermissionDenied(RuntimeError):
+class PermissionDenied(BrokerRefused):
     """The broker denies the worker an operation it needs: the message, one
     line, names the user, the operation, the resource and the grant."""
 
 
 def denied(
-    settings: Settings, operation: str, kind: str, name: str, answer: str
+    settings: Settings,
+    operation: str,
+    kind: str,
+    name: str,
+    answer: str,
+    *,
+    by_prefix: bool = True,
 ) -> PermissionDenied:
     """The refusal of ``operation`` on ``kind`` ``name``, and its grant (by
-    prefix for the worker's ``G-`` resources)."""
+    prefix for the worker's ``G-`` resources; ``by_prefix=False``: the
+    resource itself, for the commands that read a worker's topics)."""
     prefix = f"{settings.group_id}-"
-    prefixed = kind != "group" and name.startswith(prefix)
+    prefixed = by_prefix and kind != "group" and name.startswith(prefix)
     what = f"{kind} prefix {prefix!r} ({name!r})" if prefixed else f"{kind} {name!r}"
     if is_anonymous(settings):
         return PermissionDenied(

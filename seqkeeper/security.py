@@ -77,7 +77,13 @@ _ENV_NAMES = security_env_names()
 _OPTION_NAMES = {v: k for k, v in SPARK_OPTIONS.items()}
 
 
-class SecurityFailure(RuntimeError):
+class BrokerRefused(RuntimeError):
+    """The broker refused this client, or the client the broker: one line
+    naming what to change (:class:`SecurityFailure`, and
+    :class:`seqkeeper.permissions.PermissionDenied` for an ACL)."""
+
+
+class SecurityFailure(BrokerRefused):
     """The broker refused this client's credentials, or this client did not
     trust the broker's certificate: one line saying which."""
 
@@ -315,8 +321,18 @@ def kafka_options(security: ClientSecurity | None = None) -> dict[str, Any]:
 
 
 #: The TLS alerts a broker with ``ssl.client.auth=required`` sends a client
-#: with no certificate, or with one its truststore does not trust.
-_CLIENT_CERTIFICATE_ALERTS = ("ALERT_BAD_CERTIFICATE", "CERTIFICATE_REQUIRED", "ALERT_UNKNOWN_CA")
+#: with no certificate, or with one its truststore does not trust (Java's
+#: TLS sends ``certificate_unknown`` for a certificate of another CA, as
+#: for an expired one).
+_CLIENT_CERTIFICATE_ALERTS = (
+    "ALERT_BAD_CERTIFICATE",
+    "CERTIFICATE_REQUIRED",
+    "ALERT_UNKNOWN_CA",
+    "ALERT_CERTIFICATE_UNKNOWN",
+    "ALERT_CERTIFICATE_EXPIRED",
+    "ALERT_CERTIFICATE_REVOKED",
+    "ALERT_UNSUPPORTED_CERTIFICATE",
+)
 
 
 def security_cause(exc: BaseException) -> str | None:

@@ -22,15 +22,16 @@ async def existing_topics(bootstrap: str) -> set[str]:
     from aiokafka import AIOKafkaConsumer
 
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, **kafka_options())
-    await consumer.start()
-    try:
+    try:  # (stopped when its start fails too: else "Unclosed AIOKafkaConsumer")
+        await consumer.start()
         return set(await consumer.topics())
     finally:
         await consumer.stop()
 
 
 def plan_topics(settings: Settings, existing: set[str]) -> tuple[list[str], list[str]]:
-    """(changelog topics, message topics) of both topologies that exist."""
+    """(changelog topics, message topics) of both topologies that exist
+    (``existing``: those the user may describe)."""
     ordered = settings.with_overrides(topology="ordered")
     commands = settings.with_overrides(topology="commands")
     changelogs = [
@@ -67,20 +68,27 @@ def spark_session(master: str) -> Any:
     return spark
 
 
+def planned_topics(settings: Settings) -> tuple[list[str], list[str]]:
+    """:func:`plan_topics` on the broker of ``settings`` now."""
+    return plan_topics(settings, asyncio.run(existing_topics(settings.broker.bootstrap)))
+
+
 def run_compact(
     spark: Any,
     settings: Settings,
     warehouse: Path,
     step: Callable[[str, int], None] = lambda label, total: None,
     sealer: Sealer | None = None,
+    topics: tuple[list[str], list[str]] | None = None,
 ) -> dict[str, int]:
     """One compaction run; the run numbers of the snapshots and the audit
     (``sealer``: encrypt at rest, :mod:`spark_sink.crypto`). ``step(label,
     total)`` is called as each of ``total`` units (a changelog topic, the
-    audit log) starts."""
-    changelogs, messages = plan_topics(
-        settings, asyncio.run(existing_topics(settings.broker.bootstrap))
-    )
+    audit log) starts. ``topics``: (changelog topics, message topics) as
+    :func:`planned_topics` found them (the CLI checks them before Spark
+    starts: a refusal in the middle would leave the units before it
+    committed); None: found here."""
+    changelogs, messages = topics if topics is not None else planned_topics(settings)
     total = len(changelogs) + bool(messages)
     done = {}
     if changelogs:

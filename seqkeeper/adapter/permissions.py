@@ -24,6 +24,7 @@ from aiokafka.protocol.admin import (
     DescribeGroupsResponse_v3,
 )
 from aiokafka.protocol.api import Request
+from aiokafka.protocol.fetch import FetchRequest
 from aiokafka.protocol.metadata import MetadataRequest
 from aiokafka.protocol.produce import ProduceRequest
 
@@ -106,6 +107,28 @@ async def may_write(client: AIOKafkaClient, leader: int, topic: str, partition: 
         answer: Any = await client.send(
             leader, ProduceRequest(None, 1, 10_000, [(topic, [(partition, b"")])])
         )
+    except KafkaError:
+        return True
+    codes = [p[1] for _, parts in answer.topics for p in parts]
+    return TOPIC_AUTHORIZATION_FAILED not in codes
+
+
+#: An offset no partition reaches: a Fetch from it reads nothing.
+_BEYOND_THE_END = 2**62
+
+
+async def may_read(client: AIOKafkaClient, leader: int, topic: str, partition: int) -> bool:
+    """Whether this client may Read ``topic``: a Fetch without a group from
+    an offset past any end, which the broker authorizes first and then
+    answers ``OFFSET_OUT_OF_RANGE`` (``KafkaApis.handleFetchRequest``), so
+    no record is read and no wait is spent. Asked of the ``leader`` itself:
+    unlike a consumer's fetch, which reports a refusal only on a later poll
+    (a slow broker can make the probe miss it), the answer is this one
+    request's. Any other failure of the probe is not a denial, as for
+    :func:`may_write`."""
+    request = FetchRequest(0, 0, 1024, 0, [(topic, [(partition, _BEYOND_THE_END, 1024)])])
+    try:
+        answer: Any = await client.send(leader, request)
     except KafkaError:
         return True
     codes = [p[1] for _, parts in answer.topics for p in parts]

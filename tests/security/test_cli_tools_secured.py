@@ -84,8 +84,8 @@ def test_demo_and_inspect_as_admin(
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "PASSED" in done.stdout, done.stdout[-3000:]
 
-    bootstrap = env["KAFKA_BOOTSTRAP_SERVERS"]
-    inspect = ["inspect", "-b", bootstrap, "--message-id", "cmd-3-0", "--web-port", "0"]
+    # (the broker from KAFKA_BOOTSTRAP_SERVERS, as the docs export it: no -b)
+    inspect = ["inspect", "--message-id", "cmd-3-0", "--web-port", "0"]
     done = run_cli(inspect, env, secured_logs / "inspect.log")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "cmd-3-0" in done.stdout
@@ -175,7 +175,8 @@ def test_compact_reseal_and_replay_as_admin(
         path.chmod(0o600)
     a, b = (Sealer(base64.urlsafe_b64decode(k), ("orderId",)) for k in (old, new))
     warehouse = tmp_path / "warehouse"
-    compact = ["compact", "-b", bootstrap, "--warehouse", str(warehouse), "--master", "local[1]"]
+    # (the broker from KAFKA_BOOTSTRAP_SERVERS, as the docs export it: no -b)
+    compact = ["compact", "--warehouse", str(warehouse), "--master", "local[1]"]
     under_a = {**env, KEY_FILE_ENV: str(old_file), FIELDS_ENV: "orderId"}
     done = run_cli(compact, under_a, secured_logs / "compact-key-a.log")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
@@ -204,7 +205,7 @@ def test_compact_reseal_and_replay_as_admin(
     # with key B alone: replay what was stored to a new topic, through the CLI
     only_b = {k: v for k, v in rotated.items() if k != DECRYPT_FILE_ENV}
     target = f"replayed-{uuid.uuid4().hex[:8]}"
-    replay = ["replay", "-b", bootstrap, "--topic", target, "--warehouse", str(warehouse)]
+    replay = ["replay", "--topic", target, "--warehouse", str(warehouse)]
     # (the target does not exist: replay creates it, as the worker would its topics)
     only_b["SEQKEEPER_PARTITIONS"] = "3"
     done = run_cli([*replay, "--master", "local[1]"], only_b, secured_logs / "replay.log")
