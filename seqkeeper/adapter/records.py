@@ -221,7 +221,10 @@ class TolerantRecords:
         start = self.at
         _, length = _BATCH_HEAD.unpack_from(self.data, start)
         self.at = start + _BATCH_HEAD.size + length
-        if batch.magic < 2:  # (legacy batches have no headers)
+        if batch.magic < 2 or batch.is_control_batch:
+            # legacy batches have no headers; a control batch (a transaction's
+            # commit or abort marker) has none either, and aiokafka's
+            # read_committed fetcher reads it with next(), not a loop
             return batch
         self.last = memoryview(self.data)[start : self.at]
         return TolerantBatch(batch, self.last) if self.wrap else batch
