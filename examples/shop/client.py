@@ -1,13 +1,16 @@
 """Send the shop's commands one by one and print each reply.
 
-python client.py [--broker HOST:PORT] [--topic commands.in]
+python client.py [--broker HOST:PORT] [--topic commands.in] [--signing-key PEM --key-id KID]
+
+With a signing key, each command carries a token for its tenant and type
+(for a worker run with SEQKEEPER_COMMAND_AUTH=jwt, as run.py does).
 """
 
 import argparse
 import json
 import os
 
-from seqkeeper.client import SyncCommandClient
+from seqkeeper.client import SyncCommandClient, TokenSigner
 
 CARD = "4242 4242 4242 4242"
 DECLINED = "4000 0000 0000 0002"
@@ -35,12 +38,12 @@ def describe(reply) -> str:
     return f"refused: {reply.message}{data}"
 
 
-def run(bootstrap: str, topic: str, timeout: float = 60.0) -> list:
-    """Send the scenario's commands, each after the previous one's reply;
-    prints and returns the replies."""
+def run(bootstrap: str, topic: str, timeout: float = 60.0, signer: TokenSigner | None = None) -> list:
+    """Send the scenario's commands, each after the previous one's reply
+    (signed by ``signer`` when given); prints and returns the replies."""
     replies = []
     with SyncCommandClient(
-        bootstrap, command_topic=topic, client_id="shop-client", tenant="shop"
+        bootstrap, command_topic=topic, client_id="shop-client", tenant="shop", signer=signer
     ) as client:
         for message_id, kind, order, payload, what in SCENARIO:
             print(f"{kind:<12} {order}  ({what})", flush=True)
@@ -54,10 +57,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--broker", default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS"))
     parser.add_argument("--topic", default=os.environ.get("SEQKEEPER_COMMAND_TOPIC", "commands.in"))
+    parser.add_argument("--signing-key", help="a PEM private key the workers trust")
+    parser.add_argument("--key-id", help="its kid, as the workers know it")
     args = parser.parse_args()
     if not args.broker:
         parser.error("give --broker or set KAFKA_BOOTSTRAP_SERVERS")
-    run(args.broker, args.topic)
+    if (args.signing_key is None) != (args.key_id is None):
+        parser.error("give both --signing-key and --key-id, or neither")
+    signer = args.signing_key and TokenSigner.from_file(args.signing_key, args.key_id)
+    run(args.broker, args.topic, signer=signer or None)
 
 
 if __name__ == "__main__":

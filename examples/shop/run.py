@@ -7,7 +7,9 @@ when KAFKA_HOME is set; none when KAFKA_BOOTSTRAP_SERVERS is set), the stub
 payment service (payments.py), the worker with this directory's handlers
 (``seqkeeper worker --topology commands --handlers orders:registry``),
 sends the commands and prints the replies (client.py) and the charges, and
-stops everything.
+stops everything. The commands are signed: run.py makes a key pair, the
+worker trusts its public key (SEQKEEPER_COMMAND_AUTH=jwt) and refuses an
+unsigned command, or one signed for another tenant.
 """
 
 import contextlib
@@ -24,6 +26,10 @@ import urllib.request
 from pathlib import Path
 
 import client
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+
+from seqkeeper.client import TokenSigner
 
 HERE = Path(__file__).resolve().parent
 
@@ -67,6 +73,29 @@ def wait_for(pattern: str, log: Path, proc: subprocess.Popen, timeout: float) ->
         time.sleep(0.2)
 
 
+def signing_key(folder: Path, key_id: str) -> tuple[Path, Path]:
+    """A new EC P-256 key pair: the signer's private key, and the folder of
+    the public keys the workers trust (``<kid>.pem``)."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    private = folder / "signer.pem"
+    private.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    private.chmod(0o600)
+    trusted = folder / "trusted"
+    trusted.mkdir()
+    (trusted / f"{key_id}.pem").write_bytes(
+        key.public_key().public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
+    )
+    return private, trusted
+
+
 def main() -> int:
     topic = os.environ.get("SEQKEEPER_COMMAND_TOPIC", "commands.in")
     with (
@@ -85,6 +114,7 @@ def main() -> int:
         )
         url = wait_for(r"payments at (\S+)", logs / "payments.log", payments, 30).group(1)
         print(f"stub payment service at {url}")
+        private, trusted = signing_key(logs, "shop-1")
         env = {
             # shorter than the slow card's answer (5 s), so that call is retried
             "SEQKEEPER_HANDLER_TIMEOUT": "2",
@@ -92,14 +122,17 @@ def main() -> int:
             "KAFKA_BOOTSTRAP_SERVERS": bootstrap,
             "SEQKEEPER_DATA_DIR": str(logs / "data"),
             "PAYMENTS_URL": url,
+            # only commands signed by a trusted key, for their own tenant
+            "SEQKEEPER_COMMAND_AUTH": "jwt",
+            "SEQKEEPER_JWT_KEYS": str(trusted),
         }
         command = [seqkeeper(), "worker", "--topology", "commands", "--handlers", "orders:registry"]
         worker = running.enter_context(process(command, logs / "worker.log", env))
         # printed once the worker has created its topics; it reads them from the start
         wait_for("seqkeeper worker: broker", logs / "worker.log", worker, 360)
-        print(f"worker started: {' '.join(['seqkeeper', *command[1:]])}\n")
+        print(f"worker started: {' '.join(['seqkeeper', *command[1:]])} (signed commands only)\n")
         try:
-            client.run(bootstrap, topic)
+            client.run(bootstrap, topic, signer=TokenSigner.from_file(private, "shop-1"))
         except TimeoutError as e:
             print(f"{e}; the worker's log ends:")
             print((logs / "worker.log").read_text(errors="replace")[-3000:])

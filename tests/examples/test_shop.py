@@ -194,3 +194,4 @@ def test_the_shop_runs_with_one_command(broker, make_settings, tmp_path: Path) -
         "refused: no order order-9",
     ], out
     assert f"  shop:order-3:place: 30 ({charge_id('order-3:place')}, requests: 2)" in out, out
+    assert "(signed commands only)" in out, out  # the worker trusted run.py's key alone
