@@ -24,23 +24,9 @@ from seqkeeper.permissions import internal_topics
 from seqkeeper.settings import Settings
 from seqkeeper.topics import UnknownTopic, create_topics, read_topic
 from seqkeeper.worker import WorkerProcess
+from tests.reply_commands import add_stock as command
 
 pytestmark = pytest.mark.integration
-
-
-def command(mid: str, reply_to: str, quantity: int) -> tuple[bytes, bytes]:
-    return b"sku-1", orjson.dumps(
-        {
-            "messageId": mid,
-            "commandType": "AddStock",
-            "schemaVersion": 1,
-            "correlationId": f"c-{mid}",
-            "partitionKey": "sku-1",
-            "tenantId": "t1",
-            "replyTo": reply_to,
-            "payload": {"quantity": quantity},
-        }
-    )
 
 
 def records(bootstrap: str, topic: str) -> list[Any]:

@@ -20,6 +20,7 @@ from seqkeeper.permissions import Grant, worker_grants
 from seqkeeper.settings import Settings
 from seqkeeper.topics import create_topics, read_topic
 from seqkeeper.worker import WorkerProcess
+from tests.reply_commands import add_stock as command
 from tests.security.test_acls import (  # noqa: F401 - the fixtures
     admin_config,
     as_user,
@@ -29,21 +30,6 @@ from tests.security.test_acls import (  # noqa: F401 - the fixtures
 )
 
 pytestmark = pytest.mark.integration
-
-
-def command(mid: str, reply_to: str, quantity: int) -> tuple[bytes, bytes]:
-    return b"sku-1", orjson.dumps(
-        {
-            "messageId": mid,
-            "commandType": "AddStock",
-            "schemaVersion": 1,
-            "correlationId": f"c-{mid}",
-            "partitionKey": "sku-1",
-            "tenantId": "t1",
-            "replyTo": reply_to,
-            "payload": {"quantity": quantity},
-        }
-    )
 
 
 def wait_for(bootstrap: str, topic: str, count: int, worker: WorkerProcess) -> list[Any]:

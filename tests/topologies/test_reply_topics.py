@@ -19,6 +19,7 @@ from seqkeeper.settings import Settings
 from seqkeeper.state.commands import CommandStore
 from seqkeeper.state.memory import MemoryStore
 from seqkeeper.topologies.commands import CommandTopology
+from tests.reply_commands import add_stock as cmd
 
 SETTINGS = Settings.of(bootstrap="unused", topology="commands", app_id="shop")
 DLQ = SETTINGS.commands.command_dlq_topic
@@ -30,21 +31,6 @@ OWN = [
     DLQ,
     "__consumer_offsets",
 ]
-
-
-def cmd(mid: str, reply_to: str | None, quantity: int = 3) -> tuple[bytes, bytes]:
-    return b"sku-1", orjson.dumps(
-        {
-            "messageId": mid,
-            "commandType": "AddStock",
-            "schemaVersion": 1,
-            "correlationId": f"c-{mid}",
-            "partitionKey": "sku-1",
-            "tenantId": "t1",
-            "replyTo": reply_to,
-            "payload": {"quantity": quantity},
-        }
-    )
 
 
 def worker(memory: MemoryStore, settings: Settings = SETTINGS) -> CommandTopology:
