@@ -56,7 +56,7 @@ messageIds and bytes.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, TypeVar
 
@@ -156,6 +156,19 @@ def entity_key(tenant_id: str, partition_key: str) -> str:
 
 def receipt_id(tenant_id: str, message_id: str) -> str:
     return scoped(tenant_id, message_id)
+
+
+def tenant_header(tenants: Sequence[bytes | None]) -> bytes | None:
+    """The tenant a record's ``tenant`` headers name (``None``: no such
+    header); :class:`InvalidMessage` ``tenant-mismatch`` unless each names
+    the same one: a gateway's header may come after a client's own, and a
+    null one names no tenant."""
+    if tenants and (tenants[0] is None or tenants.count(tenants[0]) != len(tenants)):
+        raise InvalidMessage(
+            CommandReason.TENANT_MISMATCH,
+            f"the record's tenant headers {list(tenants)!r} do not name one tenant",
+        )
+    return tenants[0] if tenants else None
 
 
 def parse_command(

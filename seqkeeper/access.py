@@ -27,16 +27,13 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from seqkeeper.adapter.permissions import (
     TOPIC_AUTHORIZATION_FAILED,
+    UNKNOWN_TOPIC_OR_PARTITION,
     client_of,
     may_read,
     may_write,
     topic_errors,
 )
-from seqkeeper.permissions import (
-    CLUSTER_AUTHORIZATION_FAILED,
-    UNKNOWN_TOPIC_OR_PARTITION,
-    denied,
-)
+from seqkeeper.permissions import CLUSTER_AUTHORIZATION_FAILED, denied
 from seqkeeper.security import kafka_options, surfaced
 from seqkeeper.settings import Settings
 from seqkeeper.topics import UnknownTopic, create_topics

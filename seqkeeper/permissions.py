@@ -51,6 +51,7 @@ from aiokafka.errors import TopicAuthorizationFailedError
 
 from seqkeeper.adapter.permissions import (
     TOPIC_AUTHORIZATION_FAILED,
+    UNKNOWN_TOPIC_OR_PARTITION,
     client_of,
     group_operations,
     may_write,
@@ -61,7 +62,6 @@ from seqkeeper.runtime.repartition import group_of
 from seqkeeper.security import BrokerRefused, kafka_options
 from seqkeeper.settings import VARS, SettingError, Settings
 
-UNKNOWN_TOPIC_OR_PARTITION = 3
 CLUSTER_AUTHORIZATION_FAILED = 31
 
 

@@ -72,6 +72,7 @@ from seqkeeper.processors.command import (
     receipt_id,
     recovered_receipt,
     returned,
+    tenant_header,
     timed_out,
     unscoped,
 )
@@ -250,14 +251,7 @@ class CommandTopology(OutboxOwner):
         pairs = headers.items() if isinstance(headers, dict) else headers or ()
         tenants = [v for k, v in pairs if k == "tenant"]
         try:
-            if tenants and (tenants[0] is None or tenants.count(tenants[0]) != len(tenants)):
-                # each must name tenantId: a gateway's header may come after
-                # a client's own, and a null one names no tenant
-                raise InvalidMessage(
-                    CommandReason.TENANT_MISMATCH,
-                    f"the record's tenant headers {tenants!r} do not name one tenant",
-                )
-            command = parse_command(key, value, tenants[0] if tenants else None, trace_of(pairs))
+            command = parse_command(key, value, tenant_header(tenants), trace_of(pairs))
         except InvalidMessage as exc:
             self.dead_letter(key, value, exc.reason, exc.detail, partition, offset, timestamp)
             return None

@@ -38,7 +38,13 @@ from aiokafka.client import AIOKafkaClient
 from aiokafka.errors import KafkaError
 from aiokafka.protocol.metadata import MetadataRequest
 
-from seqkeeper.adapter.permissions import TOPIC_AUTHORIZATION_FAILED, may_write
+from seqkeeper.adapter.permissions import (
+    INVALID_TOPIC_EXCEPTION,
+    LEADER_NOT_AVAILABLE,
+    TOPIC_AUTHORIZATION_FAILED,
+    UNKNOWN_TOPIC_OR_PARTITION,
+    may_write,
+)
 
 log = logging.getLogger("seqkeeper.destinations")
 
@@ -51,9 +57,6 @@ RECHECK = 30.0
 #: Seconds one request may take before the question counts as not answered.
 ASK_TIMEOUT = 10.0
 
-UNKNOWN_TOPIC_OR_PARTITION = 3
-LEADER_NOT_AVAILABLE = 5
-INVALID_TOPIC_EXCEPTION = 17
 #: Answers that may change soon: the topic is being created, or elected a leader.
 PASSING = {UNKNOWN_TOPIC_OR_PARTITION, LEADER_NOT_AVAILABLE}
 #: What a refusal says, by Kafka error code.

@@ -33,6 +33,9 @@ OPERATION_CODES = {"Read": 3, "Write": 4, "Create": 5, "Describe": 8}
 #: ``authorized_operations`` when the broker was not asked or does not tell.
 OPERATIONS_NOT_TOLD = -(2**31)
 #: Kafka's error codes the probes tell apart.
+UNKNOWN_TOPIC_OR_PARTITION = 3
+LEADER_NOT_AVAILABLE = 5
+INVALID_TOPIC_EXCEPTION = 17
 TOPIC_AUTHORIZATION_FAILED = 29
 GROUP_AUTHORIZATION_FAILED = 30
 INVALID_RECORD = 87
