@@ -11,7 +11,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import TopicAlreadyExistsError, for_code
 
-from seqkeeper.adapter.offsets import high_watermarks, partitions_of
+from seqkeeper.adapter.offsets import high_watermarks, partitions_of, read_ends
 from seqkeeper.security import kafka_options
 
 
@@ -190,17 +190,7 @@ async def read_topic(
     try:
         await consumer.start()
         tps = await topic_partitions(consumer, topic)
-        todo = await high_watermarks(consumer, tps)  # assigns ``tps``
-        if isolation == "read_committed":
-            # Up to the last stable offset: ListOffsets tells it on a broker
-            # with transactions; the fetch made above, where the embedded
-            # broker's ListOffsets is short (its fetch is exact, as for
-            # the high watermark).
-            listed = await consumer.end_offsets(tps)
-            for tp in tps:
-                fetched = consumer.last_stable_offset(tp)
-                stable = max(listed[tp], fetched if fetched is not None else -1)
-                todo[tp] = min(todo[tp], stable)
+        todo = await read_ends(consumer, tps, isolation)  # assigns ``tps``
         begin = await consumer.beginning_offsets(tps)
         for tp in tps:
             start = max(begin[tp], (after or {}).get(tp.partition, 0))

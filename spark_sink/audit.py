@@ -86,8 +86,11 @@ def compact_audit(
     topics: list[str],
     warehouse: Path,
     sealer: Sealer | None = None,
+    isolation: str = "read_committed",
 ) -> int:
-    """Append the topics' new records to the audit log; the run's number.
+    """Append the topics' new records to the audit log; the run's number
+    (``isolation``: how the topics are read; read_committed, no aborted
+    output becomes a row).
     With a ``sealer``, marked ``data`` fields and raw values are encrypted
     (:mod:`spark_sink.crypto`)."""
     from pyspark.sql import Window
@@ -97,7 +100,7 @@ def compact_audit(
     audit.mkdir(parents=True, exist_ok=True)
     previous, commit = _latest(audit)
     run = previous + 1
-    ends = exact_ends(bootstrap, topics)
+    ends = exact_ends(bootstrap, topics, isolation)
     starts = commit["offsets"]
     new = read_kafka(
         spark,
@@ -106,6 +109,7 @@ def compact_audit(
             **current().spark_options(),  # TLS, SASL: as every client
             "subscribe": ",".join(topics),
             "includeHeaders": "true",
+            "kafka.isolation.level": isolation,
             "startingOffsets": json.dumps({t: starts.get(t, {}) for t in topics}),
             "endingOffsets": json.dumps(ends),
         },

@@ -17,6 +17,13 @@ the connector jar switches with one option: :func:`read_kafka`
 End offsets are exact on both brokers: ``latest`` is the fetch high
 watermark (:mod:`seqkeeper.adapter.offsets`), not ListOffsets, which the embedded
 broker answers short on multi-record batches.
+
+Unlike the built-in source, it reads ``read_committed`` unless the option
+``kafka.isolation.level`` says ``read_uncommitted``: records of aborted
+transactions (an exactly_once worker killed mid-transaction) are skipped,
+and ``latest`` is the last stable offset, so a read never waits behind an
+open transaction (its records are read by the next run, from there). On a
+broker without transactions both levels read every record.
 """
 
 from __future__ import annotations
@@ -73,6 +80,7 @@ class Slice(InputPartition):
     partition: int
     start: int
     end: int
+    isolation: str = "read_committed"
 
 
 def _spec(raw: str | None, default: str) -> Any:
@@ -110,14 +118,19 @@ async def plan(
     ending: Any,
     split: int,
     security: ClientSecurity | None = None,
+    isolation: str = "read_committed",
 ) -> list[Slice]:
-    """The slices to read: exact ends, offsets resolved, large ones split."""
+    """The slices to read: exact ends (the last stable offsets, read
+    ``read_committed``), offsets resolved, large ones split."""
     from aiokafka import AIOKafkaConsumer, TopicPartition
 
-    from seqkeeper.adapter.offsets import high_watermarks, partitions_of
+    from seqkeeper.adapter.offsets import partitions_of, read_ends
 
     consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap, enable_auto_commit=False, **kafka_options(security)
+        bootstrap_servers=bootstrap,
+        enable_auto_commit=False,
+        isolation_level=isolation,
+        **kafka_options(security),
     )
     try:
         await consumer.start()
@@ -127,7 +140,7 @@ async def plan(
             if not known:
                 raise ValueError(f"topic {topic!r} does not exist")
             tps += [TopicPartition(topic, p) for p in sorted(parts or known)]
-        latest = await high_watermarks(consumer, tps)
+        latest = await read_ends(consumer, tps, isolation)
         earliest = await consumer.beginning_offsets(tps)
     finally:
         await consumer.stop()
@@ -137,7 +150,9 @@ async def plan(
         start = _pick(starting, tp.topic, tp.partition, lo, hi, -2)
         end = _pick(ending, tp.topic, tp.partition, lo, hi, -1)
         for a in range(start, end, split):
-            slices.append(Slice(bootstrap, tp.topic, tp.partition, a, min(a + split, end)))
+            slices.append(
+                Slice(bootstrap, tp.topic, tp.partition, a, min(a + split, end), isolation)
+            )
     return slices
 
 
@@ -151,6 +166,10 @@ async def _fetch(
         enable_auto_commit=False,
         max_poll_records=BATCH,
         fetch_max_wait_ms=20,
+        # (read_committed: aiokafka skips control batches and the aborted
+        # transactions the fetch response lists; the position moves past
+        # them, which ends a slice whose last offsets are such)
+        isolation_level=part.isolation,
         **kafka_options(security),
     )
     tp = TopicPartition(part.topic, part.partition)
@@ -162,7 +181,9 @@ async def _fetch(
         consumer.seek(tp, part.start)
         done = False
         while not done:
-            got = await consumer.getmany(tp, timeout_ms=1000)
+            # (short: a fetch of markers or aborted records only moves the
+            # position, and getmany waits for records until its timeout)
+            got = await consumer.getmany(tp, timeout_ms=200)
             for m in got.get(tp, []):
                 if m.offset >= part.end:
                     done = True
@@ -178,11 +199,15 @@ async def _fetch(
                     cols["headers"].append([{"key": k, "value": v} for k, v in m.headers or ()])
                 if m.offset == part.end - 1:
                     done = True
-            if len(cols["offset"]) >= BATCH or (done and cols["offset"]):
+            if len(cols["offset"]) >= BATCH:
                 out.append(_batch(cols, include_headers))
                 cols = {k: [] for k in cols}
             if not done and await consumer.position(tp) >= part.end:
+                # (read_committed: the slice ends with a marker or aborted
+                # records, which move the position but are no record)
                 done = True
+        if cols["offset"]:
+            out.append(_batch(cols, include_headers))
     finally:
         await consumer.stop()
     return out
@@ -224,13 +249,27 @@ class KafkaReader(DataSourceReader):
         self.starting = _spec(options.get("startingoffsets"), "earliest")
         self.ending = _spec(options.get("endingoffsets"), "latest")
         self.split = int(options.get("maxrecordsperpartition", "1000000"))
+        self.isolation = options.get("kafka.isolation.level", "read_committed")
+        if self.isolation not in ("read_committed", "read_uncommitted"):
+            raise ValueError(
+                "option kafka.isolation.level must be read_committed or read_uncommitted, "
+                f"got {self.isolation!r}"
+            )
         # TLS and SASL: the kafka.security.protocol, kafka.sasl.* and
         # kafka.ssl.* options (PEM files; no JAAS config, no keystore)
         self.security = ClientSecurity.from_options(options)
 
     def partitions(self) -> list[Slice]:
         slices = asyncio.run(
-            plan(self.bootstrap, self.topics, self.starting, self.ending, self.split, self.security)
+            plan(
+                self.bootstrap,
+                self.topics,
+                self.starting,
+                self.ending,
+                self.split,
+                self.security,
+                self.isolation,
+            )
         )
         # Nothing to read: one empty slice (Spark would invent a partition).
         return slices or [Slice(self.bootstrap, "", 0, 0, 0)]

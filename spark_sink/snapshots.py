@@ -57,8 +57,15 @@ def latest_run(warehouse: Path) -> tuple[int, dict[str, Any]]:
     return last_commit(warehouse, {"offsets": {}, "tables": {}})
 
 
-def exact_ends(bootstrap: str, topics: list[str]) -> dict[str, dict[str, int]]:
-    slices = asyncio.run(plan(bootstrap, dict.fromkeys(topics), "earliest", "latest", 2**62))
+def exact_ends(
+    bootstrap: str, topics: list[str], isolation: str = "read_committed"
+) -> dict[str, dict[str, int]]:
+    """Where a run stops: each partition's end, read as ``isolation`` reads
+    (read_committed: the last stable offset; an open transaction's records
+    are left to the next run, which starts there)."""
+    slices = asyncio.run(
+        plan(bootstrap, dict.fromkeys(topics), "earliest", "latest", 2**62, isolation=isolation)
+    )
     ends: dict[str, dict[str, int]] = {t: {} for t in topics}
     for s in slices:
         ends[s.topic][str(s.partition)] = s.end
@@ -124,9 +131,11 @@ def compact_snapshots(
     warehouse: Path,
     sealer: Sealer | None = None,
     on_topic: Callable[[str], None] = lambda topic: None,
+    isolation: str = "read_committed",
 ) -> int:
     """One run over ``topics``; returns its number (``on_topic`` is called
-    as each topic starts)."""
+    as each topic starts; ``isolation``: how the changelogs are read, so
+    that an aborted write never becomes a key's latest value)."""
     from pyspark.sql import functions as F
 
     warehouse.mkdir(parents=True, exist_ok=True)
@@ -137,7 +146,7 @@ def compact_snapshots(
             f"and {FIELDS_ENV} to continue them"
         )
     run = previous + 1
-    ends = exact_ends(bootstrap, topics)
+    ends = exact_ends(bootstrap, topics, isolation)
     tables: dict[str, str] = {}
     for topic in topics:
         on_topic(topic)
@@ -149,6 +158,7 @@ def compact_snapshots(
                     "kafka.bootstrap.servers": bootstrap,
                     **current().spark_options(),  # TLS, SASL: as every client
                     "subscribe": topic,
+                    "kafka.isolation.level": isolation,
                     "startingOffsets": json.dumps({topic: start or {}}),
                     "endingOffsets": json.dumps({topic: ends[topic]}),
                 },

@@ -119,6 +119,36 @@ async def high_watermarks(
     return result
 
 
+async def read_ends(
+    consumer: AIOKafkaConsumer,
+    partitions: Iterable[TopicPartition],
+    isolation: str,
+    timeout: float = 30.0,
+) -> dict[TopicPartition, int]:
+    """Where a reader of ``isolation`` stops in each of ``partitions``: the
+    exact end (:func:`high_watermarks`) or, read_committed, the last stable
+    offset below it. A read_committed reader never gets past the first
+    record of an open transaction, so reading "to the end" means reading to
+    the last stable offset; waiting for the high watermark would wait for
+    that transaction to end. ``consumer``: as for :func:`high_watermarks`,
+    and of the same ``isolation`` (its ListOffsets answers with the last
+    stable offset then).
+
+    The fetch's own last stable offset can only raise ListOffsets' answer:
+    the embedded broker, which has no transactions (so every record is
+    stable), answers ListOffsets short (see the module docstring) and its
+    fetch exactly."""
+    tps = list(dict.fromkeys(partitions))
+    ends = await high_watermarks(consumer, tps, timeout)
+    if isolation == "read_committed" and tps:
+        listed = await consumer.end_offsets(tps)
+        for tp in tps:
+            fetched = consumer.last_stable_offset(tp)
+            stable = max(listed[tp], fetched if fetched is not None else -1)
+            ends[tp] = min(ends[tp], stable)
+    return ends
+
+
 async def end_offsets(
     bootstrap_servers: str | list[str],
     partitions: Iterable[TopicPartition],
