@@ -7,7 +7,6 @@ import signal
 import time
 from collections.abc import Callable
 from datetime import datetime
-from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any, Optional, TypeVar
 
@@ -108,13 +107,8 @@ SeqHeaderOpt = Annotated[Optional[str], flag("seq_header")]
 MessageIdFieldOpt = Annotated[Optional[str], flag("message_id_field")]
 MessageIdHeaderOpt = Annotated[Optional[str], flag("message_id_header")]
 CodecOpt = Annotated[Optional[str], flag("codec")]
-
-
-class Isolation(StrEnum):
-    """How ``seqkeeper verify`` reads the topics (Kafka's isolation levels)."""
-
-    read_uncommitted = "read_uncommitted"
-    read_committed = "read_committed"
+# how the readers outside the worker read topics (compact, inspect, verify)
+IsolationOpt = Annotated[Optional[str], flag("isolation")]
 
 
 #: The settings of the command running (:func:`settings_of`): whom and
@@ -432,6 +426,7 @@ def compact(
             "(key rotation) and report what is left under other keys (exit 1 if any)."
         ),
     ] = False,
+    isolation: IsolationOpt = None,
 ) -> None:
     """Compact the changelog topics (state snapshots) and the message topics
     (audit log) into Parquet, incrementally (PySpark)."""
@@ -445,7 +440,9 @@ def compact(
     from seqkeeper.spark_sink.job import planned_topics, run_compact, spark_session, watch_tasks
 
     console = Console()
-    settings = settings_of(needs_broker=True, bootstrap=broker, app_id=app_id, connects=True)
+    settings = settings_of(
+        needs_broker=True, bootstrap=broker, app_id=app_id, connects=True, isolation=isolation
+    )
     sealer = _sealer()
     if reseal and sealer is None:
         typer.echo(
@@ -624,24 +621,15 @@ def verify(
         bool, typer.Option(help="Every gap must have been given up by now (input finished).")
     ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
-    isolation: Annotated[
-        Isolation,
-        typer.Option(
-            help="How the topics are read: read_uncommitted sees every record written, "
-            "read_committed only what a transactional (exactly_once) worker committed, "
-            "as its consumers do.",
-            case_sensitive=False,
-        ),
-    ] = Isolation.read_uncommitted,
+    isolation: IsolationOpt = None,
     exactly_once: Annotated[
         bool,
         typer.Option(
             "--exactly-once",
             help="Also fail (exit 1) when any output was emitted more than once, even "
             "byte-identically (re-emissions, counted per output). It does not change "
-            "how the topics are read: for an exactly_once worker's outputs give "
-            "--isolation read_committed too (read_uncommitted also sees the writes of "
-            "aborted transactions).",
+            "how the topics are read (--isolation; read_uncommitted also sees the writes "
+            "of aborted transactions).",
         ),
     ] = False,
     key_field: KeyFieldOpt = None,
@@ -681,7 +669,9 @@ def verify(
         message_id_field=message_id_field,
         message_id_header=message_id_header,
         codec=codec,
+        isolation=isolation,
     )
+    read = settings.broker.isolation
     try:
         shape = message_shape(settings)
     except (PluginError, ValueError) as e:  # a codec or a dotted path: one line
@@ -693,16 +683,16 @@ def verify(
     # missing: the default policy never creates it)
     topics = [o.input_topic, o.ordered_topic, o.deduped_topic, o.dlq_topic, o.late_topic]
     asyncio.run(check_topics(settings, reads=topics, optional={o.late_topic}))
-    report = asyncio.run(verify_topics(settings, drained, isolation=isolation.value, shape=shape))
+    report = asyncio.run(verify_topics(settings, drained, isolation=read, shape=shape))
     if exactly_once:
         no_reemissions(report)
     if as_json:
         doc = dataclasses.asdict(report)
         doc["ok"] = report.ok
-        doc["isolation"] = isolation.value
+        doc["isolation"] = read
         typer.echo(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode())
     else:
-        title = f"seqkeeper verify ({isolation.value}{', exactly-once' if exactly_once else ''})"
+        title = f"seqkeeper verify ({read}{', exactly-once' if exactly_once else ''})"
         Console().print(summary(report, time.monotonic() - started, title))
     raise typer.Exit(0 if report.ok else 1)
 
@@ -1113,6 +1103,7 @@ def inspect(
         Optional[str],
         typer.Option(help="The command worker's web host \\[env SEQKEEPER_WEB_HOST]."),
     ] = None,
+    isolation: IsolationOpt = None,
 ) -> None:
     """Look commands up in the Message Store: status, timestamps, error,
     reply, and the entity's state and outbox."""
@@ -1125,7 +1116,12 @@ def inspect(
     if not message_id and not correlation_id:
         raise typer.BadParameter("give --message-id or --correlation-id")
     settings = settings_of(
-        needs_broker=True, bootstrap=broker, app_id=app_id, web_port=web_port, web_host=web_host
+        needs_broker=True,
+        bootstrap=broker,
+        app_id=app_id,
+        web_port=web_port,
+        web_host=web_host,
+        isolation=isolation,
     )
 
     def say(line: str) -> None:

@@ -7,7 +7,10 @@ Each client reads the whole reply topic without a consumer group, from its
 end when it starts, so several clients (processes, instances) may share one
 reply topic: each takes the replies to its own requests and skips the rest.
 A reply the worker sends again after a crash is byte-identical and is
-skipped once its request is answered.
+skipped once its request is answered. Replies are read ``read_committed``
+(``isolation``; default ``SEQKEEPER_ISOLATION``): an exactly_once worker's
+reply counts once its transaction commits, so a reply whose transaction
+was aborted (the worker killed before its commit) is never returned.
 
 ``async with CommandClient(bootstrap) as client: await client.request(...)``;
 :class:`SyncCommandClient` is the same for code without an event loop.
@@ -105,7 +108,8 @@ class Reply:
 class CommandClient:
     """Sends commands to the command worker; :meth:`request` waits for the
     reply. ``tenant``: the ``tenantId`` of commands that name none;
-    ``signer``: signs each command's token (none: commands are unsigned)."""
+    ``signer``: signs each command's token (none: commands are unsigned);
+    ``isolation``: how replies are read (default ``SEQKEEPER_ISOLATION``)."""
 
     def __init__(
         self,
@@ -117,8 +121,11 @@ class CommandClient:
         tenant: str = "default",
         reply_partitions: int = 1,
         signer: TokenSigner | None = None,
+        isolation: str | None = None,
     ) -> None:
         self.bootstrap = bootstrap
+        #: how replies are read (None: the setting SEQKEEPER_ISOLATION)
+        self.isolation = isolation
         self.signer = signer
         self.command_topic = command_topic
         self.client_id = client_id
@@ -164,6 +171,7 @@ class CommandClient:
             **kafka_options(),
             client_id=self.client_id,
             enable_auto_commit=False,
+            isolation_level=self.isolation or self._settings().broker.isolation,
         )
         await self._producer.start()
         await self._consumer.start()

@@ -214,7 +214,11 @@ def run_demo(settings: Settings, options: DemoOptions) -> int:
                 progress.add_task("ordered: waiting for the last gaps to time out", total=None)
                 report = asyncio.run(
                     wait_until_verified(
-                        settings, settings.ordered.gap_timeout + 60, worker, drained=True
+                        settings,
+                        settings.ordered.gap_timeout + 60,
+                        worker,
+                        drained=True,
+                        isolation=settings.broker.isolation,
                     )
                 )
         except BaseException:

@@ -43,10 +43,17 @@ def changelog_topic(settings: Settings) -> str:
 
 
 async def load(settings: Settings) -> dict[bytes, bytes]:
-    """The command table as of now: the changelog compacted in memory."""
+    """The command table as of now: the changelog compacted in memory, read
+    as ``SEQKEEPER_ISOLATION`` says (read_committed: a write of an aborted
+    transaction, such as a worker killed mid-transaction left, is not the
+    command's state)."""
     table: dict[bytes, bytes] = {}
     for rec in sorted(
-        await read_topic(settings.broker.bootstrap, changelog_topic(settings)),
+        await read_topic(
+            settings.broker.bootstrap,
+            changelog_topic(settings),
+            isolation=settings.broker.isolation,
+        ),
         key=lambda r: (r.partition, r.offset),
     ):
         if rec.key is None:

@@ -367,6 +367,15 @@ class BrokerSettings:
         "Replication factor of the topics the worker creates.",
         positive_integer,
     )
+    isolation: str = var(
+        "SEQKEEPER_ISOLATION",
+        "read_committed",
+        "How the readers outside the worker (compact and the Spark source, replay's audit, "
+        "inspect, verify, seqkeeper.client) read topics: read_committed sees only what "
+        "transactions committed (on a broker without transactions, every record); "
+        "read_uncommitted also sees the writes of aborted and still open transactions.",
+        choice("read_committed", "read_uncommitted"),
+    )
 
 
 @dataclass(frozen=True)

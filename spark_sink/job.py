@@ -99,10 +99,18 @@ def run_compact(
             warehouse,
             sealer,
             on_topic=lambda topic: step(f"snapshot of {topic}", total),
+            isolation=settings.broker.isolation,
         )
     if messages:
         step(f"audit log of {len(messages)} topics", total)
-        done["audit"] = compact_audit(spark, settings.broker.bootstrap, messages, warehouse, sealer)
+        done["audit"] = compact_audit(
+            spark,
+            settings.broker.bootstrap,
+            messages,
+            warehouse,
+            sealer,
+            isolation=settings.broker.isolation,
+        )
     return done
 
 
