@@ -120,13 +120,13 @@ def test_identical_repeats_pass_verify_and_fail_exactly_once(topics) -> None:
     asyncio.run(produce(bootstrap, outputs(settings, ordered, deduped, dlq)))
     clean = verify(settings, "--exactly-once")
     assert clean.returncode == 0, clean.stdout + clean.stderr
-    assert "PASSED" in clean.stdout and "read_uncommitted, exactly-once" in clean.stdout
+    assert "PASSED" in clean.stdout and "read_committed, exactly-once" in clean.stdout
     # re-emitted, byte-identical: 3 ordered, 2 deduped, 1 dead letter
     asyncio.run(produce(bootstrap, outputs(settings, ordered[5:8], deduped[:2], dlq[-1:])))
     plain = verify(settings, "--json")
     assert plain.returncode == 0, plain.stdout + plain.stderr
     doc = report_of(plain)
-    assert doc["ok"] is True and doc["isolation"] == "read_uncommitted"
+    assert doc["ok"] is True and doc["isolation"] == "read_committed"  # (the default)
     assert doc["reemitted"] == {"ordered": 3, "deduped": 2, "dlq": 1}
     assert failing(doc) == {}
     strict = verify(settings, "--exactly-once", "--json")
@@ -182,11 +182,15 @@ def test_aborted_writes_are_seen_by_read_uncommitted_only(broker: Broker, topics
     assert doc["reemitted"] == {"ordered": 0, "deduped": 0, "dlq": 0}
     assert set(failing(doc)) == {"ordered: lost"}, failing(doc)
     assert failing(doc)["ordered: lost"][0] == 1
-    # read_uncommitted: the aborted writes count, as re-emissions and output
-    ru = verify(settings, "--json")
+    # read_committed is the default: the aborted writes are not read
+    default = verify(settings, "--exactly-once", "--json")
+    assert report_of(default)["isolation"] == "read_committed"
+    assert set(failing(report_of(default))) == {"ordered: lost"}, failing(report_of(default))
+    # read_uncommitted, asked for: the aborted writes count, as re-emissions and output
+    ru = verify(settings, "--isolation", "read_uncommitted", "--json")
     assert ru.returncode == 0, failing(report_of(ru))
     assert report_of(ru)["reemitted"] == {"ordered": 3, "deduped": 3, "dlq": 1}
-    strict = verify(settings, "--exactly-once", "--json")
+    strict = verify(settings, "--isolation", "read_uncommitted", "--exactly-once", "--json")
     assert strict.returncode == 1
     assert failing(report_of(strict)) == {
         "exactly-once: re-emitted": (7, "ordered 3, deduped 3, dlq 1")
