@@ -89,6 +89,17 @@ class ProcessorWorld(World):
         assert self.topology.outbox.records == []  # all confirmed
         self.position = self.committed
 
+    def crash(self, cut: float, delivered: dict[str, int] | None) -> None:
+        # What a crash may keep of the writes not durable yet is a prefix of
+        # a cycle taken: the take writes the queue entries still without a
+        # result where they belong (the runtime's take, OrderedTopology.taken).
+        stage = self.topology.stage
+        assert stage is not None
+        if delivered is not None:
+            self.cycle(delivered)
+        stage.write_queued()
+        super().crash(cut, None)
+
     def drain(self) -> None:
         stage = self.topology.stage
         assert stage is not None
