@@ -407,10 +407,11 @@ class ProcessorStage:
         ran: list[Slot] = []
         calls: list[Callable[[], tuple[bool, Any]]] = []
         items: list[tuple[Emission, Message, tuple[int, bytes | None]]] = []
+        waiting, stuck = self.waiting, self.calls.stuck
         for slot in slots:
-            if slot in self.waiting:
+            if slot in waiting:
                 continue
-            if self.calls.blocked(slot):
+            if stuck and slot in stuck:  # (UserCalls.blocked)
                 self.held.add(slot)
                 continue
             found = self.head(slot)
@@ -446,8 +447,12 @@ class ProcessorStage:
             if partition not in self.owned:
                 continue
             if self.settle(partition, key, item, message, record, ok, result, True, wall):
-                self.queues[slot].popleft()
-                more.append(slot)
+                queue = self.queues[slot]
+                queue.popleft()
+                if queue:
+                    more.append(slot)
+                else:  # (an item released meanwhile makes the key runnable again)
+                    del self.queues[slot]
         return more
 
     def head(self, slot: Slot) -> tuple[Emission, tuple[int, bytes | None]] | None:
