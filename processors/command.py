@@ -32,11 +32,15 @@ Rules:
     and its stored reply is sent again when the copy asks for one
     (``replyTo``);
   - exactly_once (``transactional``: the messages commit in one transaction
-    with the entity that holds them, or nothing does): a copy dispatches
-    nothing. The messages still in the outbox are already queued in that
-    transaction, and a dispatched reply is on its topic for good; sending
-    either again would show a read_committed consumer the same message
-    twice. The reply stays in the receipt (``GET /commands/<messageId>``).
+    with the entity that holds them, or nothing does): a copy that arrives
+    while they are still in the outbox dispatches nothing (they are queued
+    in that transaction already, and its reply answers the copy too: it
+    commits after the copy was sent); a copy after they were dispatched
+    gets the stored reply again when it asks, as under at_least_once (a
+    client that missed the answer asks again with the same messageId),
+    and nothing else. So a read_committed consumer sees each event and
+    dead letter once, and a reply once plus once per later copy that asks
+    (byte-identical).
 * Unknown ``commandType`` or unsupported ``schemaVersion``: FAILED and
   dead-lettered with the reason (checked first: a contract error).
 * ``expiresAt`` passed: not executed, EXPIRED, reply "expired".
@@ -553,7 +557,7 @@ def decide(
     none. Without it, the (sync) handler is called here.
     ``transactional``: the shell commits the messages decided here in one
     transaction with the entity that holds them (exactly_once): a copy then
-    dispatches nothing (see the module's rules).
+    dispatches nothing again but its stored reply (see the module's rules).
     """
     mid = command.message_id
     stored = entity.pending(mid)
@@ -563,7 +567,8 @@ def decide(
             repaired = recovered_receipt(command.entity, mid, stored, now, receipt, command)
         # at_least_once: the dispatch before may be lost, dispatch the same
         # messages again; exactly_once: they go out in the transaction that
-        # commits this entity (or nothing of it does), once
+        # commits this entity (or nothing of it does), once, and the reply
+        # among them commits after this copy was sent: it answers it too
         return Decision(
             receipt=repaired if repaired is not receipt else None,
             dispatch=() if transactional else stored,
@@ -572,13 +577,8 @@ def decide(
     if _decided(receipt, retrying):
         assert receipt is not None
         again: tuple[Outgoing, ...] = ()
-        if (
-            not transactional
-            and receipt.dispatched
-            and receipt.reply is not None
-            and command.reply_to is not None
-        ):
-            again = (receipt.reply,)
+        if receipt.dispatched and receipt.reply is not None and command.reply_to is not None:
+            again = (receipt.reply,)  # (committed before this copy was read: it asks again)
         return Decision(dispatch=again, duplicate=True)
 
     attempts = receipt.attempts if receipt is not None else 0

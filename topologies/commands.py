@@ -124,7 +124,7 @@ class CommandMetrics:
         self.retries = Counter("seqkeeper_command_retries", "Handler retries", registry=r)
         self.redispatched = Counter(
             "seqkeeper_redispatched",
-            "Messages dispatched again (duplicate before the mark, or a sweep)",
+            "Messages dispatched again (a copy's, or a sweep's)",
             registry=r,
         )
         self.dead_lettered = Counter(

@@ -60,6 +60,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import orjson
 from rich.console import Console
 from rich.table import Table
 
@@ -375,6 +376,19 @@ class Chaos:
 
         async def done() -> bool:
             return await records_in(settings.broker.bootstrap, [topic]) >= count
+
+        return done
+
+    def all_distinct(
+        self, settings: Settings, topic: str, count: int
+    ) -> Callable[[], Awaitable[bool]]:
+        """``done`` for :meth:`until_output`: ``topic``'s committed records
+        hold ``count`` distinct messageIds."""
+        cache = TopicCache(settings.broker.bootstrap, "read_committed")
+
+        async def done() -> bool:
+            records = await cache.read(topic)
+            return len({orjson.loads(r.value or b"{}").get("messageId") for r in records}) >= count
 
         return done
 
@@ -732,9 +746,12 @@ class Chaos:
             s, s.commands.command_topic, work.records, sc.command_kills * sc.cycle
         )
         # at_least_once: every record but the poison is answered (copies
-        # too); exactly_once: every command once, a copy gets no reply
-        answers = work.asking if _exactly_once(s) else len(work.records) - work.poison
-        finished = self.all_out(s, replies, answers)
+        # too); exactly_once: every command (a copy read before its
+        # command's transaction shares its reply)
+        if _exactly_once(s):
+            finished = self.all_distinct(s, replies, work.asking)
+        else:
+            finished = self.all_out(s, replies, len(work.records) - work.poison)
         for i in range(sc.command_kills):
             since = self.ends(s, replies)
             w = self.worker(s, f"worker-{i}")
@@ -755,6 +772,11 @@ class Chaos:
             w.stop()
         out.add_checks(report, COMMAND_LOSS, COMMAND_STATE)
         out.reemitted = report.redispatched
+        if _exactly_once(s):  # (a reply sent again answers a copy that asked after it)
+            out.reemitted = report.repeated.get("events", 0)
+            out.notes.append(
+                f"replies sent again to later copies: {report.repeated.get('replies', 0)}"
+            )
         out.dead_lettered = report.dead_lettered
         return out
 
