@@ -1324,7 +1324,9 @@ def markdown(runs: list[BrokerRun], data: str = "reliability.json") -> str:
             "A scenario ran under at_least_once unless its cell names another",
             'guarantee; its row "…, exactly_once" is the same scenario under',
             "exactly_once, where a read_committed reader must see every output",
-            "once (0 re-emitted); on a broker without transactions that row says",
+            "once (0 re-emitted; for the command worker every event, its replies",
+            "to copies that ask again counted in the notes); on a broker without",
+            "transactions that row says",
             f'"{NO_TRANSACTIONS}".',
         ]
     lines += [
