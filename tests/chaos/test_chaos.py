@@ -265,7 +265,7 @@ QUICK = dataclasses.replace(SHORT, cycle=10.0)
 
 
 @pytest.mark.integration
-@pytest.mark.timeout(1200)  # (twelve scenarios on Apache Kafka, under a minute each)
+@pytest.mark.timeout(1200)  # (thirteen scenario runs on Apache Kafka, under a minute each)
 def test_every_scenario_passes_short(broker, tmp_path, make_settings) -> None:
     runner = Chaos(make_settings(session_timeout=6.0), tmp_path, QUICK, local=broker.local, seed=3)
     ran = runner.run(list(SCENARIOS))
