@@ -19,8 +19,8 @@ commit record names the key's fingerprint and fields.
 
 Layout under ``<warehouse>/audit``: ``run=<n>/category=<c>/day=<d>/*.parquet``
 holds the rows a run appended; ``_positions/run=<n>`` every stream's next
-position after run n; ``_commits/<n>.json`` the offsets it reached and the
-last global position; ``_LATEST`` the last complete run
+position after run n; ``_commits/<n>.json`` the offsets it reached, the
+last global position and the run's summary (:class:`AuditSummary`); ``_LATEST`` the last complete run
 (replaced atomically). Readers take the runs up to ``_LATEST`` only, so a
 run killed midway is invisible, and a rerun without new records appends
 nothing.
@@ -204,8 +204,9 @@ def compact_audit(
     (:mod:`processors.message_log`, the reference this is tested against):
     copies are counted and conflicts logged, in ``report``'s summary and
     the run's commit record. ``id_header``: the header holding the
-    messageId of a value without one (``SEQKEEPER_MESSAGE_ID_HEADER``). With a ``sealer``, marked ``data`` fields, raw
-    values and header values are encrypted (:mod:`spark_sink.crypto`)."""
+    messageId of a value without one (``SEQKEEPER_MESSAGE_ID_HEADER``).
+    With a ``sealer``, marked ``data`` fields, raw values and header values
+    are encrypted (:mod:`spark_sink.crypto`)."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
     from pyspark.sql.types import BinaryType

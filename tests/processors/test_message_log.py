@@ -71,8 +71,7 @@ def runs(draw: st.DrawFn) -> tuple[list[list[Record]], list[list[Record]]]:
     parts = partitioned(draw(st.lists(records_of_partition, min_size=1, max_size=4)))
     n = draw(st.integers(1, 4))
     cuts = [
-        sorted(draw(st.lists(st.integers(0, len(p)), min_size=n - 1, max_size=n - 1)))
-        + [len(p)]
+        sorted(draw(st.lists(st.integers(0, len(p)), min_size=n - 1, max_size=n - 1))) + [len(p)]
         for p in parts
     ]
     out = []
