@@ -35,8 +35,9 @@ def plan_topics(settings: Settings, existing: set[str]) -> tuple[list[str], list
     (``existing``: those the user may describe). The message topics are
     every topic a worker writes: the ordered processor's output whether or
     not ``compact`` is given the processor setting (a worker that had one
-    wrote it), and the reply topics, those ``existing`` that
-    ``SEQKEEPER_REPLY_TOPICS`` matches."""
+    wrote it), and, when the command worker's topics exist, the reply
+    topics: those ``existing`` that ``SEQKEEPER_REPLY_TOPICS`` matches
+    (without a command worker, a reply topic is some other app's)."""
     ordered = settings.with_overrides(topology="ordered")
     commands = settings.with_overrides(topology="commands")
     changelogs = [
@@ -46,9 +47,10 @@ def plan_topics(settings: Settings, existing: set[str]) -> tuple[list[str], list
     messages = list(
         dict.fromkeys([*ordered.topics(), ordered.ordered.processed_topic, *commands.topics()])
     )
+    commanded = any(t in existing for t in commands.topics())
     replies = sorted(
         t
-        for t in existing
+        for t in (existing if commanded else ())
         if any(matches(p, t) for p in commands.commands.reply_topics)
         # (where the worker may write a reply: not its own topics, __*)
         and not refusal(
