@@ -157,7 +157,7 @@ class AuditSummary:
         if self.conflicts:
             text += (
                 f", {self.conflicts} copies with the id of a row but other bytes skipped "
-                f"(each logged; first: {self.listed[0].text()})"
+                f"(the first {len(self.listed)} logged; first: {self.listed[0].text()})"
             )
         return text
 

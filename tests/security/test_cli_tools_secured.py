@@ -182,6 +182,8 @@ def test_compact_reseal_and_replay_as_admin(
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     committed = f"committed under {warehouse}: snapshots run 1, audit run 1"
     assert committed in done.stdout.splitlines(), done.stdout
+    # the audit run's summary: its rows, the copies it skipped
+    assert any(line.startswith("audit run 1: ") for line in done.stdout.splitlines())
     ids = sealed_key_ids(warehouse)
     assert ids and set(ids) == {a.key_id[:8]}, set(ids)
     stored = stored_records(warehouse, a)
