@@ -483,7 +483,8 @@ def compact(
             started += 1
 
         try:
-            done = run_compact(spark, settings, warehouse, step, sealer, topics)
+            summaries: list[Any] = []  # the audit run's (rows, copies, conflicts)
+            done = run_compact(spark, settings, warehouse, step, sealer, topics, summaries.append)
             bar.update(units, description="committed", completed=started)
             bar.update(tasks, visible=False)
         finally:
@@ -509,6 +510,8 @@ def compact(
             markup=False,
             soft_wrap=True,
         )
+        for summary in summaries:
+            console.print(summary.text(), markup=False, highlight=False, soft_wrap=True)
     if purge_days is not None:
         from seqkeeper.spark_sink.audit import purge_audit
 

@@ -126,12 +126,14 @@ def reseal_file(path: Path, sealer: Sealer, report: ResealReport) -> None:
     tally = _Tally(sealer, report)
     families = table["family"].to_pylist() if "family" in names else None
     changed = False
-    for name in ("value", "data", "decoded"):
+    for name in ("value", "data", "decoded", "headers"):
         if name not in names:
             continue
         old = table[name].to_pylist()
         if name == "value":
             new: list[Any] = [tally.value(v, c) for v, c in zip(old, contexts, strict=True)]
+        elif name == "headers":
+            new = [tally.headers(v, c) for v, c in zip(old, contexts, strict=True)]
         elif name == "data":
             new = [tally.data(v, c) for v, c in zip(old, contexts, strict=True)]
         else:
@@ -188,6 +190,16 @@ class _Tally:
         if value is None or not is_sealed(value):
             return value
         return self.token(value.decode("ascii"), b"value:" + ctx.encode()).encode("ascii")
+
+    def headers(self, headers: list[dict[str, Any]] | None, ctx: str) -> Any:
+        """An audit row's headers, each value sealed under the row's
+        coordinates and its index (:func:`spark_sink.audit.header_context`)."""
+        if headers is None:
+            return None
+        return [
+            {"key": h["key"], "value": self.value(h["value"], f"{ctx}:header:{i}")}
+            for i, h in enumerate(headers)
+        ]
 
     def data(self, text: str | None, ctx: str) -> str | None:
         """An audit row's ``data`` (JSON text) with its sealed fields moved;
