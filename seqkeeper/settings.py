@@ -463,7 +463,8 @@ class RuntimeSettings:
         "auto",
         "auto: exactly_once when the broker has transactions, else at_least_once. "
         "exactly_once: Kafka transactions (outputs, state and input offsets committed "
-        "together; read_committed consumers see each output once); refused on a broker "
+        "together; read_committed consumers see each output once, a command's reply also "
+        "once per later copy that asks); refused on a broker "
         "without transactions. at_least_once: the write-ahead outbox (duplicates after a "
         "crash are byte-identical).",
         choice("auto", "at_least_once", "exactly_once"),
