@@ -899,16 +899,24 @@ store_app = Commands(
 )
 app.add_typer(store_app, name="store")
 WarehouseOpt = Annotated[Path, typer.Option(help="Where compact wrote.")]
+AsOfOpt = Annotated[
+    Optional[str],
+    typer.Option(help="Read the store as it was: a run number (as compact printed) or a UTC time."),
+]
 
 
-def _store(warehouse: Path) -> Any:
+def _store(warehouse: Path, as_of: str | None = None) -> Any:
     from seqkeeper.spark_sink.store import MessageStore
+    from seqkeeper.spark_sink.tables import LegacyWarehouse
 
     try:
-        return MessageStore(warehouse, _sealer())
+        return MessageStore(warehouse, _sealer(), as_of)
     except FileNotFoundError as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(1) from None
+    except (ValueError, LegacyWarehouse) as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(2) from None
 
 
 def _read(call: Any) -> Any:
@@ -933,9 +941,10 @@ def store_stream(
     position: Annotated[int, typer.Option(help="From this stream position.")] = 0,
     batch_size: Annotated[int, typer.Option(help="At most this many.")] = 1000,
     warehouse: WarehouseOpt = Path("warehouse"),
+    as_of: AsOfOpt = None,
 ) -> None:
     """A stream's messages from a position (get_stream_messages), JSON lines."""
-    store = _store(warehouse)
+    store = _store(warehouse, as_of)
     _print(_read(lambda: store.stream(name, position, batch_size)))
 
 
@@ -951,9 +960,10 @@ def store_category(
     member: Annotated[Optional[int], typer.Option(help="Consumer group member.")] = None,
     size: Annotated[Optional[int], typer.Option(help="Consumer group size.")] = None,
     warehouse: WarehouseOpt = Path("warehouse"),
+    as_of: AsOfOpt = None,
 ) -> None:
     """A category's messages from a global position (get_category_messages)."""
-    store = _store(warehouse)
+    store = _store(warehouse, as_of)
     _print(
         _read(
             lambda: store.category(
@@ -968,9 +978,10 @@ def store_last(
     name: Annotated[str, typer.Argument(help="Stream name.")],
     message_type: Annotated[Optional[str], typer.Option("--type", help="Of this type.")] = None,
     warehouse: WarehouseOpt = Path("warehouse"),
+    as_of: AsOfOpt = None,
 ) -> None:
     """A stream's last message (get_last_stream_message); exit 1 if none."""
-    store = _store(warehouse)
+    store = _store(warehouse, as_of)
     found = _read(lambda: store.last(name, message_type))
     if found is None:
         raise typer.Exit(1)
@@ -981,9 +992,10 @@ def store_last(
 def store_version(
     name: Annotated[str, typer.Argument(help="Stream name.")],
     warehouse: WarehouseOpt = Path("warehouse"),
+    as_of: AsOfOpt = None,
 ) -> None:
     """A stream's version: its last position (stream_version); exit 1 if none."""
-    version = _store(warehouse).version(name)
+    version = _store(warehouse, as_of).version(name)
     if version is None:
         typer.echo("no such stream", err=True)
         raise typer.Exit(1)

@@ -53,6 +53,7 @@ RUN_DIR = "seqkeeper.dir"  #: the directory of the run's data files
 PROPERTIES = {"commit.retry.num-retries": "0", "format-version": "2"}
 #: What a legacy (pre-Iceberg) warehouse has and the new one does not.
 LEGACY = "_LATEST"
+NAME_MAPPING = "schema.name-mapping.default"
 
 
 class LostCommit(RuntimeError):
@@ -153,11 +154,13 @@ def snapshot_at(table: Any, as_of: str) -> Any:
     from datetime import UTC, datetime
 
     if as_of.isdigit():
-        for snap in table.snapshots():
-            if snap.summary and snap.summary.additional_properties.get(RUN) == as_of:
-                found = snap
-        if "found" in locals():
-            return found
+        runs = [
+            s
+            for s in table.snapshots()
+            if s.summary and s.summary.additional_properties.get(RUN) == as_of
+        ]
+        if runs:  # the last snapshot of that run (a purge or reseal keeps the run)
+            return max(runs, key=lambda s: s.sequence_number or 0)
         raise ValueError(f"--as-of {as_of}: no run {as_of} in this table (a run number or a time)")
     try:
         when = datetime.fromisoformat(as_of)
@@ -224,6 +227,13 @@ def table_for(
     if any(f.name not in known for f in arrow):
         with table.update_schema() as update:
             update.union_by_name(arrow)
+        table = cat.load_table(ident)
+    # Spark's files carry no Iceberg field ids: readers match columns by
+    # name through the table's name mapping, kept in step with its schema.
+    mapping = table.schema().name_mapping.model_dump_json()
+    if table.properties.get(NAME_MAPPING) != mapping:
+        with table.transaction() as tx:
+            tx.set_properties(**{NAME_MAPPING: mapping})
         table = cat.load_table(ident)
     return table, committed(table)
 
