@@ -443,6 +443,7 @@ def compact(
 
     from seqkeeper.access import check_topics
     from seqkeeper.spark_sink.job import planned_topics, run_compact, spark_session, watch_tasks
+    from seqkeeper.spark_sink.tables import LegacyWarehouse, LostCommit, refuse_legacy
 
     console = Console()
     settings = settings_of(needs_broker=True, bootstrap=broker, app_id=app_id, connects=True)
@@ -458,6 +459,11 @@ def compact(
     # Read on every topic it will compact, before Spark starts: a refusal in
     # the middle of the run would leave the snapshots committed, the audit not
     # (the topics it may not describe it does not see, as if missing).
+    try:  # before Spark starts
+        refuse_legacy(warehouse)
+    except LegacyWarehouse as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(2) from None
     changelogs, messages = topics = planned_topics(settings)
     asyncio.run(check_topics(settings, reads=[*changelogs, *messages]))
     if not changelogs and not messages and not reseal:  # (no Spark to start for nothing)
@@ -486,6 +492,10 @@ def compact(
             done = run_compact(spark, settings, warehouse, step, sealer, topics)
             bar.update(units, description="committed", completed=started)
             bar.update(tasks, visible=False)
+        except (LostCommit, LegacyWarehouse) as e:
+            bar.stop()
+            typer.echo(f"error: {e}", err=True)
+            raise typer.Exit(1 if isinstance(e, LostCommit) else 2) from None
         finally:
             stop.set()
             watcher.join()

@@ -87,9 +87,10 @@ def refuse_legacy(warehouse: Path) -> None:
     layout (its runs are not Iceberg tables and are never read)."""
     if (warehouse / LEGACY).exists() or (warehouse / "audit" / LEGACY).exists():
         raise LegacyWarehouse(
-            f"{warehouse} holds the pre-Iceberg layout (_LATEST files): run "
-            f"`seqkeeper compact --convert --warehouse {warehouse}` once to turn it into "
-            "Iceberg tables, or move it aside and compact into a new warehouse"
+            f"{warehouse} holds the pre-Iceberg layout (_LATEST files), which this version "
+            f"neither reads nor converts: move it aside (mv {warehouse} {warehouse}.old) and "
+            "run compact again to rebuild the tables from the topics (records past their "
+            "retention stay only in the old Parquet files)"
         )
 
 
