@@ -191,19 +191,19 @@ def location_path(uri: str) -> str:
 
 
 def spark_schema_as_arrow(schema: Any) -> Any:
-    """A Spark schema as an Arrow schema whose fields are all nullable (a
-    required column would reject a later file that has a null)."""
+    """A Spark (or Arrow) schema as an Arrow schema whose fields are all
+    nullable (a required column would reject a later file with a null)."""
     import pyarrow as pa
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    arrow = to_arrow_schema(schema, timezone="UTC")
+    arrow = schema if isinstance(schema, pa.Schema) else to_arrow_schema(schema, timezone="UTC")
     return pa.schema([f.with_nullable(True) for f in arrow])
 
 
 def table_for(
     warehouse: Path, name: str, schema: Any, partition_by: Sequence[str] = ()
 ) -> tuple[Any, Committed]:
-    """The table ``name``, created on first use from the Spark ``schema``
+    """The table ``name``, created on first use from the Spark (or Arrow) ``schema``
     (identity-partitioned by ``partition_by``), with columns the schema has
     and the table not yet added (so the audit's columns can grow); what its
     current snapshot committed."""

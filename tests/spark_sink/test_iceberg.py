@@ -72,7 +72,8 @@ def test_concurrent_runs_commit_once_and_duckdb_reads_the_tables(
     # offsets; the catalog lets the first commit through and refuses the
     # second, which would otherwise add the same records again
     runs = [compact_cli(broker, settings.runtime.app_id, warehouse, env) for _ in range(2)]
-    results = [(p.wait(timeout=300), *p.communicate()) for p in runs]
+    results = [(*p.communicate(timeout=300), p.returncode) for p in runs]
+    results = [(code, out, err) for out, err, code in results]
     codes = sorted(code for code, _, _ in results)
     assert codes == [0, 1], results
     (lost,) = [err for code, _, err in results if code == 1]
@@ -106,7 +107,8 @@ def test_concurrent_runs_commit_once_and_duckdb_reads_the_tables(
 
     # a rerun after both: nothing appended, the loser's records not doubled
     rerun = compact_cli(broker, settings.runtime.app_id, warehouse, env)
-    assert rerun.wait(timeout=300) == 0, rerun.communicate()
+    out, err = rerun.communicate(timeout=300)
+    assert rerun.returncode == 0, err
     audit = tables.load(warehouse, "audit")
     count = con.execute("SELECT count(*) FROM iceberg_scan(?)", [audit.metadata_location])
     assert count.fetchone() == (40,)
