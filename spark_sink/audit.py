@@ -30,8 +30,8 @@ from typing import Any
 import orjson
 
 from seqkeeper.security import current
-from seqkeeper.spark_sink.crypto import Sealer
 from seqkeeper.spark_sink import tables
+from seqkeeper.spark_sink.crypto import Sealer
 from seqkeeper.spark_sink.kafka_source import read_kafka
 from seqkeeper.spark_sink.snapshots import exact_ends
 
@@ -152,9 +152,7 @@ def compact_audit(
         stream.alias("stream_name"),
         F.coalesce(F.col("doc.type"), F.col("doc.commandType"), F.lit("")).alias("type"),
         (F.row_number().over(Window.partitionBy(stream).orderBy(*order)) - 1).alias("rel"),
-        (F.row_number().over(Window.orderBy(*order)) + F.lit(last_global)).alias(
-            "global_position"
-        ),
+        (F.row_number().over(Window.orderBy(*order)) + F.lit(last_global)).alias("global_position"),
         F.coalesce(F.col("doc.data"), F.col("doc.payload")).alias("data"),
         metadata.alias("metadata"),
         F.col("timestamp").alias("time"),
@@ -211,7 +209,9 @@ def compact_audit(
             POSITIONS_SNAPSHOT: str(pos_snapshot),
         }
         if sealer is not None:
-            properties[SEALED] = json.dumps({"key_id": sealer.key_id, "fields": list(sealer.fields)})
+            properties[SEALED] = json.dumps(
+                {"key_id": sealer.key_id, "fields": list(sealer.fields)}
+            )
         return tables.commit(table, commit, files, ends, directory, properties)
     finally:
         out.unpersist()

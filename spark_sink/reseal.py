@@ -37,6 +37,7 @@ from typing import Any
 
 import orjson
 
+from seqkeeper.spark_sink import tables
 from seqkeeper.spark_sink.crypto import (
     PREFIX,
     TOKEN_ID_LENGTH,
@@ -45,7 +46,6 @@ from seqkeeper.spark_sink.crypto import (
     Sealer,
     is_sealed,
 )
-from seqkeeper.spark_sink import tables
 from seqkeeper.spark_sink.snapshots import MESSAGE_FAMILIES
 
 
@@ -68,7 +68,9 @@ def sealed_files(warehouse: Path) -> list[Path]:
     """The Parquet files readers read: the data files of the audit and
     snapshot tables' current snapshots."""
     return [
-        Path(p) for name in ("audit", "snapshots") for p in tables.data_files(tables.load(warehouse, name))
+        Path(p)
+        for name in ("audit", "snapshots")
+        for p in tables.data_files(tables.load(warehouse, name))
     ]
 
 
@@ -85,7 +87,9 @@ def reseal_warehouse(
     for name in ("audit", "snapshots"):
         table = tables.load(warehouse, name)
         if table is not None and table.current_snapshot() is not None:
-            work.append((table, tables.committed(table), [t.file for t in table.scan().plan_files()]))
+            work.append(
+                (table, tables.committed(table), [t.file for t in table.scan().plan_files()])
+            )
     total = sum(len(files) for _, _, files in work)
     done = 0
     progress(0, total)

@@ -93,6 +93,14 @@ def member_of(stream_name: str, size: int) -> int:
     return abs(hash_64(cardinal_id(stream_name))) % size
 
 
+def _expressions() -> Any:
+    """pyiceberg's row filters (its pydantic constructors do not type-check
+    with positional arguments)."""
+    import pyiceberg.expressions
+
+    return pyiceberg.expressions
+
+
 class MessageStore:
     """The committed audit log under a warehouse, read-only."""
 
@@ -101,20 +109,25 @@ class MessageStore:
     ) -> None:
         """``as_of``: a run number or an ISO time (the snapshot current
         then, :func:`spark_sink.tables.snapshot_at`); default the latest."""
-        self.table = tables.load(warehouse, "audit")
-        if self.table is None or self.table.current_snapshot() is None:
+        table = tables.load(warehouse, "audit")
+        if table is None or table.current_snapshot() is None:
             raise FileNotFoundError(f"no audit log under {warehouse}: run seqkeeper compact first")
-        snap = self.table.current_snapshot() if as_of is None else tables.snapshot_at(self.table, as_of)
+        self.table: Any = table
+        snap = (
+            self.table.current_snapshot()
+            if as_of is None
+            else tables.snapshot_at(self.table, as_of)
+        )
         self.snapshot_id: int = snap.snapshot_id
         self.run = tables.committed(self.table, snap).run
         self.sealer = sealer
 
     def _table(self, category: str, where: Any = None) -> Any:
-        from pyiceberg.expressions import And, EqualTo
+        E = _expressions()
 
-        row_filter = EqualTo("category", category)
+        row_filter = E.EqualTo("category", category)
         if where is not None:
-            row_filter = And(row_filter, where)
+            row_filter = E.And(row_filter, where)
         scan = self.table.scan(
             row_filter=row_filter, selected_fields=tuple(COLUMNS), snapshot_id=self.snapshot_id
         )
@@ -155,9 +168,11 @@ class MessageStore:
         self, stream_name: str, position: int = 0, batch_size: int | None = 1000
     ) -> list[Message]:
         """The stream's messages from ``position`` on, in position order."""
-        from pyiceberg.expressions import And, EqualTo, GreaterThanOrEqual
+        E = _expressions()
 
-        where = And(EqualTo("stream_name", stream_name), GreaterThanOrEqual("position", position))
+        where = E.And(
+            E.EqualTo("stream_name", stream_name), E.GreaterThanOrEqual("position", position)
+        )
         return self._messages(self._table(category_of(stream_name), where), "position", batch_size)
 
     def category(
@@ -171,7 +186,7 @@ class MessageStore:
         correlation_id: str | None = None,
     ) -> list[Message]:
         """The category's messages from global ``position`` on, in global order."""
-        from pyiceberg.expressions import GreaterThanOrEqual
+        E = _expressions()
 
         if (consumer_group_member is None) != (consumer_group_size is None):
             raise ValueError("consumer group member and size go together")
@@ -186,7 +201,7 @@ class MessageStore:
             )
         if "-" in category:
             raise ValueError(f"{category!r} is a stream name, not a category")
-        table = self._table(category, GreaterThanOrEqual("global_position", position))
+        table = self._table(category, E.GreaterThanOrEqual("global_position", position))
         if table is None:
             return []
         table = table.sort_by("global_position")
@@ -212,11 +227,11 @@ class MessageStore:
 
     def last(self, stream_name: str, type: str | None = None) -> Message | None:
         """The stream's last message (of ``type``, when given)."""
-        from pyiceberg.expressions import And, EqualTo
+        E = _expressions()
 
-        where: Any = EqualTo("stream_name", stream_name)
+        where: Any = E.EqualTo("stream_name", stream_name)
         if type is not None:
-            where = And(where, EqualTo("type", type))
+            where = E.And(where, E.EqualTo("type", type))
         table = self._table(category_of(stream_name), where)
         if table is None or table.num_rows == 0:
             return None
@@ -226,9 +241,10 @@ class MessageStore:
     def version(self, stream_name: str) -> int | None:
         """The position of the stream's last message (``None``: no stream)."""
         import pyarrow.compute as pc
-        from pyiceberg.expressions import EqualTo
 
-        table = self._table(category_of(stream_name), EqualTo("stream_name", stream_name))
+        E = _expressions()
+
+        table = self._table(category_of(stream_name), E.EqualTo("stream_name", stream_name))
         if table is None or table.num_rows == 0:
             return None
         return int(pc.max(table["position"]).as_py())

@@ -140,7 +140,9 @@ def committed(table: Any | None, snapshot: Any | None = None) -> Committed:
     )
 
 
-def merged(old: Mapping[str, Mapping[str, int]], new: Mapping[str, Mapping[str, int]]) -> dict:
+def merged(
+    old: Mapping[str, Mapping[str, int]], new: Mapping[str, Mapping[str, int]]
+) -> dict[str, dict[str, int]]:
     """Offsets ``old`` updated with ``new`` (topics a run did not read keep
     what they had: a snapshot always holds the full map)."""
     out = {t: dict(p) for t, p in old.items()}
@@ -365,4 +367,6 @@ def _live_dirs(table: Any) -> set[str]:
     """The run directories of the current snapshot's data files (a snapshot
     that added them may have been expired since)."""
     root = Path(location(table), "data")
-    return {Path(p).relative_to(root).parts[0] for p in data_files(table) if p.startswith(str(root))}
+    return {
+        Path(p).relative_to(root).parts[0] for p in data_files(table) if p.startswith(str(root))
+    }

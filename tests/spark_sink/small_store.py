@@ -11,9 +11,9 @@ from typing import Any
 
 import orjson
 
+from seqkeeper.spark_sink import tables
 from seqkeeper.spark_sink.audit import coordinates
 from seqkeeper.spark_sink.crypto import Sealer
-from seqkeeper.spark_sink import tables
 
 TOPIC = "acct"
 CATEGORY = "acct"
@@ -105,7 +105,9 @@ SNAPSHOT_SCHEMA = (
 Writer = Callable[[list[dict[str, Any]], Path, list[str]], list[str]]
 
 
-def write_with_pyarrow(rows: list[dict[str, Any]], path: Path, partition_by: list[str]) -> list[str]:
+def write_with_pyarrow(
+    rows: list[dict[str, Any]], path: Path, partition_by: list[str]
+) -> list[str]:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -153,7 +155,9 @@ def _commit(
 ) -> None:
     import pyarrow.parquet as pq
 
-    directory = warehouse / "seqkeeper" / name / "data" / f"run-{len(list(warehouse.rglob('run-*')))}"
+    directory = (
+        warehouse / "seqkeeper" / name / "data" / f"run-{len(list(warehouse.rglob('run-*')))}"
+    )
     files = write(rows, directory, partition_by)
     table, base = tables.table_for(warehouse, name, pq.read_schema(files[0]), partition_by)
     tables.commit(table, base, files, {}, str(directory), properties)

@@ -57,9 +57,13 @@ def test_concurrent_runs_commit_once_and_duckdb_reads_the_tables(
     changelog = f"{settings.runtime.app_id}-state-changelog"
     ordered = settings.ordered.ordered_topic
     asyncio.run(create_topics(broker.bootstrap, [changelog, ordered], 2))
-    asyncio.run(put(broker.bootstrap, changelog, [(b"k%d" % (i % 6), b"%d" % i) for i in range(60)]))
+    asyncio.run(
+        put(broker.bootstrap, changelog, [(b"k%d" % (i % 6), b"%d" % i) for i in range(60)])
+    )
     docs = [orjson.dumps({"messageId": f"m{i}", "type": "T", "data": {"i": i}}) for i in range(40)]
-    asyncio.run(send(broker.bootstrap, [(ordered, b"k%d" % (i % 4), d, None) for i, d in enumerate(docs)]))
+    asyncio.run(
+        send(broker.bootstrap, [(ordered, b"k%d" % (i % 4), d, None) for i, d in enumerate(docs)])
+    )
     env = {
         **os.environ,
         "SEQKEEPER_ORDERED_TOPIC": ordered,
@@ -103,7 +107,9 @@ def test_concurrent_runs_commit_once_and_duckdb_reads_the_tables(
         "SELECT key, value FROM iceberg_scan(?) WHERE topic = ?",
         [snapshots.metadata_location, changelog],
     ).fetchall()
-    assert {bytes(k): bytes(v) for k, v in state} == {b"k%d" % j: b"%d" % (54 + j) for j in range(6)}
+    assert {bytes(k): bytes(v) for k, v in state} == {
+        b"k%d" % j: b"%d" % (54 + j) for j in range(6)
+    }
 
     # a rerun after both: nothing appended, the loser's records not doubled
     rerun = compact_cli(broker, settings.runtime.app_id, warehouse, env)
@@ -123,7 +129,16 @@ def test_a_pre_iceberg_warehouse_is_refused_with_one_line(tmp_path) -> None:
     with pytest.raises(tables.LegacyWarehouse, match="mv .* and run compact again"):
         MessageStore(warehouse)
     out = subprocess.run(
-        [sys.executable, "-m", "seqkeeper", "store", "version", "x-1", "--warehouse", str(warehouse)],
+        [
+            sys.executable,
+            "-m",
+            "seqkeeper",
+            "store",
+            "version",
+            "x-1",
+            "--warehouse",
+            str(warehouse),
+        ],
         capture_output=True,
         text=True,
         timeout=120,

@@ -146,7 +146,9 @@ def test_read_api_mirrors_message_db(spark, broker, names, tmp_path, monkeypatch
         replay(spark, warehouse, Selection(stream=stream), broker.bootstrap, target)
 
     # time travel: a later run moves the store on, --as-of reads run 1
-    more = [(topic, b"3", orjson.dumps({"messageId": f"n{i}", "type": "T"}), None) for i in range(2)]
+    more = [
+        (topic, b"3", orjson.dumps({"messageId": f"n{i}", "type": "T"}), None) for i in range(2)
+    ]
     asyncio.run(send(broker.bootstrap, more))
     assert compact_audit(spark, broker.bootstrap, [topic, other], warehouse, sealer) == 2
     assert MessageStore(warehouse, sealer).version(stream) == len(mine) + 1
