@@ -90,7 +90,9 @@ def compact_audit(
     from pyspark.sql import functions as F
 
     table = tables.load(warehouse, TABLE)
-    tables.remove_orphans(table) if table is not None else None
+    for done in (table, tables.load(warehouse, POSITIONS)):
+        if done is not None:
+            tables.remove_orphans(done)
     commit = tables.committed(table)
     ends = exact_ends(bootstrap, topics)
     starts = commit.offsets
