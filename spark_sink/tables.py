@@ -68,18 +68,33 @@ def catalog(warehouse: Path) -> Any:
     """The catalog of ``warehouse``: the REST catalog of
     ``SEQKEEPER_ICEBERG_CATALOG`` when set, else the SQL catalog on
     ``<warehouse>/catalog.db``."""
-    uri = SparkSettings().iceberg_catalog
+    uri = uri_of_rest()
     if uri:
         from pyiceberg.catalog.rest import RestCatalog
 
         return RestCatalog(NAMESPACE, uri=uri, warehouse=str(warehouse))
+    import fcntl
+
     from pyiceberg.catalog.sql import SqlCatalog
 
     warehouse = warehouse.resolve()
     warehouse.mkdir(parents=True, exist_ok=True)
-    return SqlCatalog(
-        NAMESPACE, uri=f"sqlite:///{warehouse / 'catalog.db'}", warehouse=warehouse.as_uri()
-    )
+    # The catalog creates its SQL tables on first use; two runs doing so at
+    # once race (one fails: "table iceberg_tables already exists"), so the
+    # set-up is done under a lock. Commits need none: the catalog's
+    # compare-and-swap on the metadata location decides those.
+    with open(warehouse / ".catalog.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        sql = SqlCatalog(
+            NAMESPACE, uri=f"sqlite:///{warehouse / 'catalog.db'}", warehouse=warehouse.as_uri()
+        )
+        sql.create_namespace_if_not_exists(NAMESPACE)
+        return sql
+
+
+def uri_of_rest() -> str:
+    """The REST catalog's URL (empty: the embedded SQL catalog)."""
+    return SparkSettings().iceberg_catalog
 
 
 def refuse_legacy(warehouse: Path) -> None:
@@ -209,11 +224,13 @@ def table_for(
     (identity-partitioned by ``partition_by``), with columns the schema has
     and the table not yet added (so the audit's columns can grow); what its
     current snapshot committed."""
-    from pyiceberg.exceptions import TableAlreadyExistsError
+    from pyiceberg.exceptions import CommitFailedException, TableAlreadyExistsError
+    from sqlalchemy.exc import IntegrityError
 
     refuse_legacy(warehouse)
     cat = catalog(warehouse)
-    cat.create_namespace_if_not_exists(NAMESPACE)
+    if uri_of_rest():
+        cat.create_namespace_if_not_exists(NAMESPACE)
     ident = f"{NAMESPACE}.{name}"
     arrow = spark_schema_as_arrow(schema)
     if not cat.table_exists(ident):
@@ -223,22 +240,40 @@ def table_for(
                     with tx.update_spec() as spec:
                         for column in partition_by:
                             spec.add_identity(column)
-        except TableAlreadyExistsError:  # a concurrent run created it first
-            pass
+        except (TableAlreadyExistsError, CommitFailedException, IntegrityError):
+            if not cat.table_exists(ident):  # else a concurrent run created it first
+                raise
+    # Schema and name mapping changes touch no data and are the same for
+    # every run: when a concurrent run changed the table meanwhile, they are
+    # made again on the new metadata (unlike a data commit).
+    for attempt in range(METADATA_ATTEMPTS):
+        table = cat.load_table(ident)
+        try:
+            _evolve(table, arrow)
+            break
+        except CommitFailedException:
+            if attempt == METADATA_ATTEMPTS - 1:
+                raise
     table = cat.load_table(ident)
+    return table, committed(table)
+
+
+#: How often a metadata change is tried against a table others change too.
+METADATA_ATTEMPTS = 5
+
+
+def _evolve(table: Any, arrow: Any) -> None:
+    """Add the columns ``arrow`` has and the table not; keep the name
+    mapping in step with the schema (Spark's files carry no Iceberg field
+    ids: readers match their columns by name through the mapping)."""
     known = {f.name for f in table.schema().fields}
     if any(f.name not in known for f in arrow):
         with table.update_schema() as update:
             update.union_by_name(arrow)
-        table = cat.load_table(ident)
-    # Spark's files carry no Iceberg field ids: readers match columns by
-    # name through the table's name mapping, kept in step with its schema.
     mapping = table.schema().name_mapping.model_dump_json()
     if table.properties.get(NAME_MAPPING) != mapping:
         with table.transaction() as tx:
             tx.set_properties(**{NAME_MAPPING: mapping})
-        table = cat.load_table(ident)
-    return table, committed(table)
 
 
 def run_directory(table: Any) -> str:
@@ -312,21 +347,29 @@ def commit(
     if directory is not None:
         summary[RUN_DIR] = directory.rsplit("/", 1)[-1]
     files = [f"file://{Path(f).resolve()}" if "://" not in f else f for f in added]
-    tx = table.transaction()
-    new = list(_parquet_files_to_data_files(table.metadata, files, table.io)) if files else []
     gone = list(replaced)
-    with tx.update_snapshot(snapshot_properties=summary).overwrite() as update:
-        for data_file in gone:
-            update.delete_data_file(data_file)
-        for data_file in new:
-            update.append_data_file(data_file)
-    try:
-        tx.commit_transaction()
-    except CommitFailedException:
-        if directory is not None:
-            remove_directory(directory)
-        raise LostCommit(lost(table)) from None
-    return run
+    for attempt in range(METADATA_ATTEMPTS):
+        tx = table.transaction()
+        new = list(_parquet_files_to_data_files(table.metadata, files, table.io)) if files else []
+        with tx.update_snapshot(snapshot_properties=summary).overwrite() as update:
+            for data_file in gone:
+                update.delete_data_file(data_file)
+            for data_file in new:
+                update.append_data_file(data_file)
+        try:
+            tx.commit_transaction()
+            return run
+        except CommitFailedException:
+            # Refused. If another run committed data, this run's records
+            # may be there already: it gives up. If only the metadata moved
+            # (a schema or property change), the offsets this run read from
+            # are still the table's: it commits again on the new metadata.
+            table = table.refresh()
+            if committed(table).snapshot_id != base.snapshot_id or attempt == METADATA_ATTEMPTS - 1:
+                break
+    if directory is not None:
+        remove_directory(directory)
+    raise LostCommit(lost(table))
 
 
 def lost(table: Any) -> str:

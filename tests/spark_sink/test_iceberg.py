@@ -81,7 +81,9 @@ def test_concurrent_runs_commit_once_and_duckdb_reads_the_tables(
     codes = sorted(code for code, _, _ in results)
     assert codes == [0, 1], results
     (lost,) = [err for code, _, err in results if code == 1]
-    (line,) = [x for x in lost.splitlines() if x.startswith("error:")]
+    lines = [x for x in lost.splitlines() if x.startswith("error:")]
+    assert len(lines) == 1, lost[-3000:]
+    (line,) = lines
     assert "another run committed this table" in line and "run it again" in line, lost
 
     audit = tables.load(warehouse, "audit")
