@@ -432,9 +432,16 @@ def compact(
             "(key rotation) and report what is left under other keys (exit 1 if any)."
         ),
     ] = False,
+    convert: Annotated[
+        bool,
+        typer.Option(
+            help="First turn a warehouse of the pre-Iceberg layout (_LATEST files) into "
+            "the Iceberg tables, once (docs/spark.md)."
+        ),
+    ] = False,
 ) -> None:
     """Compact the changelog topics (state snapshots) and the message topics
-    (audit log) into Parquet, incrementally (PySpark)."""
+    (audit log) into Apache Iceberg tables, incrementally (PySpark)."""
     import asyncio
     import threading
 
@@ -460,7 +467,8 @@ def compact(
     # the middle of the run would leave the snapshots committed, the audit not
     # (the topics it may not describe it does not see, as if missing).
     try:  # before Spark starts
-        refuse_legacy(warehouse)
+        if not convert:
+            refuse_legacy(warehouse)
     except LegacyWarehouse as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(2) from None
@@ -489,6 +497,17 @@ def compact(
             started += 1
 
         try:
+            if convert:
+                from seqkeeper.spark_sink.convert import convert_warehouse
+
+                bar.update(units, description="converting the warehouse")
+                converted = convert_warehouse(spark, warehouse)
+                console.print(
+                    f"converted {warehouse}: "
+                    + (", ".join(f"{k} {v} rows" for k, v in converted.items()) or "nothing to do"),
+                    markup=False,
+                    soft_wrap=True,
+                )
             done = run_compact(spark, settings, warehouse, step, sealer, topics)
             bar.update(units, description="committed", completed=started)
             bar.update(tasks, visible=False)

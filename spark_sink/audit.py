@@ -154,7 +154,9 @@ def compact_audit(
         stream.alias("stream_name"),
         F.coalesce(F.col("doc.type"), F.col("doc.commandType"), F.lit("")).alias("type"),
         (F.row_number().over(Window.partitionBy(stream).orderBy(*order)) - 1).alias("rel"),
-        (F.row_number().over(Window.orderBy(*order)) + F.lit(last_global)).alias("global_position"),
+        (F.row_number().over(Window.orderBy(*order)) + F.lit(last_global).cast("long")).alias(
+            "global_position"
+        ),
         F.coalesce(F.col("doc.data"), F.col("doc.payload")).alias("data"),
         metadata.alias("metadata"),
         F.col("timestamp").alias("time"),

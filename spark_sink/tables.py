@@ -102,18 +102,19 @@ def refuse_legacy(warehouse: Path) -> None:
     layout (its runs are not Iceberg tables and are never read)."""
     if (warehouse / LEGACY).exists() or (warehouse / "audit" / LEGACY).exists():
         raise LegacyWarehouse(
-            f"{warehouse} holds the pre-Iceberg layout (_LATEST files), which this version "
-            f"neither reads nor converts: move it aside (mv {warehouse} {warehouse}.old) and "
-            "run compact again to rebuild the tables from the topics (records past their "
-            "retention stay only in the old Parquet files)"
+            f"{warehouse} holds the pre-Iceberg layout (_LATEST files): convert it once "
+            f"with `seqkeeper compact --convert --warehouse {warehouse}` (the old files stay), "
+            "then compact and read as before"
         )
 
 
-def load(warehouse: Path, name: str) -> Any | None:
-    """The table ``name`` (None before its first commit)."""
+def load(warehouse: Path, name: str, converting: bool = False) -> Any | None:
+    """The table ``name`` (None before its first commit; ``converting``: a
+    pre-Iceberg warehouse is being converted, :mod:`spark_sink.convert`)."""
     from pyiceberg.exceptions import NoSuchTableError
 
-    refuse_legacy(warehouse)
+    if not converting:
+        refuse_legacy(warehouse)
     try:
         return catalog(warehouse).load_table(f"{NAMESPACE}.{name}")
     except NoSuchTableError:
@@ -218,7 +219,11 @@ def spark_schema_as_arrow(schema: Any) -> Any:
 
 
 def table_for(
-    warehouse: Path, name: str, schema: Any, partition_by: Sequence[str] = ()
+    warehouse: Path,
+    name: str,
+    schema: Any,
+    partition_by: Sequence[str] = (),
+    converting: bool = False,
 ) -> tuple[Any, Committed]:
     """The table ``name``, created on first use from the Spark (or Arrow) ``schema``
     (identity-partitioned by ``partition_by``), with columns the schema has
@@ -227,7 +232,8 @@ def table_for(
     from pyiceberg.exceptions import CommitFailedException, TableAlreadyExistsError
     from sqlalchemy.exc import IntegrityError
 
-    refuse_legacy(warehouse)
+    if not converting:
+        refuse_legacy(warehouse)
     cat = catalog(warehouse)
     if uri_of_rest():
         cat.create_namespace_if_not_exists(NAMESPACE)

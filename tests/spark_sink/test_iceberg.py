@@ -128,7 +128,7 @@ def test_a_pre_iceberg_warehouse_is_refused_with_one_line(tmp_path) -> None:
     warehouse = tmp_path / "old"
     (warehouse / "audit").mkdir(parents=True)
     (warehouse / "audit" / "_LATEST").write_text("3\n")
-    with pytest.raises(tables.LegacyWarehouse, match="mv .* and run compact again"):
+    with pytest.raises(tables.LegacyWarehouse, match="once with `seqkeeper compact --convert"):
         MessageStore(warehouse)
     out = subprocess.run(
         [
@@ -146,3 +146,86 @@ def test_a_pre_iceberg_warehouse_is_refused_with_one_line(tmp_path) -> None:
         timeout=120,
     )
     assert out.returncode == 2 and out.stderr.count("\n") == 1 and "pre-Iceberg" in out.stderr
+
+
+def legacy_warehouse(spark: Any, warehouse: Path, topic: str, changelog: str) -> None:
+    """A warehouse as the pre-Iceberg layout left it: one run of each, the
+    audit holding offsets 0-5 of ``topic`` (Spark's default INT96
+    timestamps, partition columns in the folder names only)."""
+    from datetime import UTC, datetime
+
+    from pyspark.sql import functions as F
+
+    from tests.spark_sink.small_store import AUDIT_SCHEMA, SNAPSHOT_SCHEMA
+
+    category = topic.replace("-", "_")
+    rows = [
+        (
+            f"m{i}",
+            f"{category}-k{i % 4}",
+            "T",
+            i // 4,
+            i + 1,
+            orjson.dumps({"i": i}).decode(),
+            None,
+            datetime(2026, 1, 1, tzinfo=UTC),
+            b"k%d" % (i % 4),
+            orjson.dumps({"messageId": f"m{i}", "type": "T", "data": {"i": i}}),
+            topic,
+            0,
+            i,
+            None,
+        )
+        for i in range(6)
+    ]
+    spark.conf.set("spark.sql.parquet.outputTimestampType", "INT96")
+    audit = warehouse / "audit"
+    frame = spark.createDataFrame(rows, AUDIT_SCHEMA).withColumn("category", F.lit(category))
+    frame = frame.withColumn("day", F.to_date("time"))
+    frame.write.partitionBy("category", "day").parquet(str(audit / "run=1"))
+    positions = spark.createDataFrame([(f"{category}-k{k}", 2 if k < 2 else 1) for k in range(4)])
+    positions.toDF("stream_name", "base").write.parquet(str(audit / "_positions" / "run=1"))
+    (audit / "_commits").mkdir()
+    record = {"run": 1, "offsets": {topic: {"0": 6}}, "global_position": 6}
+    (audit / "_commits" / "1.json").write_text(json.dumps(record))
+    (audit / "_LATEST").write_text("1\n")
+    state = [(b"k1", b"v1", changelog, 0, 0, "x", "k1", None, "v1")]
+    path = f"snapshots/{changelog}/run=1"
+    spark.createDataFrame(state, SNAPSHOT_SCHEMA).write.parquet(str(warehouse / path))
+    (warehouse / "_commits").mkdir()
+    record = {"run": 1, "offsets": {changelog: {"0": 1}}, "tables": {changelog: path}}
+    (warehouse / "_commits" / "1.json").write_text(json.dumps(record))
+    (warehouse / "_LATEST").write_text("1\n")
+
+
+def test_a_pre_iceberg_warehouse_converts_once_and_compaction_goes_on(
+    spark, broker, names, tmp_path
+) -> None:
+    from seqkeeper.spark_sink.audit import compact_audit, read_audit
+    from seqkeeper.spark_sink.convert import convert_warehouse
+    from seqkeeper.spark_sink.snapshots import read_snapshot
+    from seqkeeper.spark_sink.store import MessageStore
+
+    topic, changelog = f"acct-{names['app_id']}", f"{names['app_id']}-state-changelog"
+    asyncio.run(create_topics(broker.bootstrap, [topic], 1))
+    docs = [orjson.dumps({"messageId": f"m{i}", "type": "T", "data": {"i": i}}) for i in range(9)]
+    asyncio.run(
+        send(broker.bootstrap, [(topic, b"k%d" % (i % 4), d, None) for i, d in enumerate(docs)])
+    )
+    warehouse = tmp_path / "old"
+    legacy_warehouse(spark, warehouse, topic, changelog)
+    with pytest.raises(tables.LegacyWarehouse, match="compact --convert"):
+        MessageStore(warehouse)
+
+    assert convert_warehouse(spark, warehouse) == {"audit": 6, "snapshots": 1}
+    assert convert_warehouse(spark, warehouse) == {}  # once
+    category = topic.replace("-", "_")
+    assert MessageStore(warehouse).version(f"{category}-k1") == 1
+    assert [bytes(r.value) for r in read_snapshot(spark, warehouse, changelog).collect()] == [b"v1"]
+    # the next compaction reads from the old offsets on: nothing twice, nothing skipped
+    assert compact_audit(spark, broker.bootstrap, [topic], warehouse) == 2
+    rows = read_audit(spark, warehouse).collect()
+    assert sorted(r.id for r in rows) == sorted(f"m{i}" for i in range(9))
+    assert sorted(r.global_position for r in rows) == list(range(1, 10))
+    # k1 had m1 and m5 (positions 0, 1 in the old run); the new run adds nothing to it
+    assert MessageStore(warehouse).version(f"{category}-k0") == 2  # m0, m4, then m8
