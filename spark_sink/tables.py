@@ -60,7 +60,7 @@ class LostCommit(RuntimeError):
     """Another run committed the table after this run loaded it."""
 
 
-class LegacyWarehouse(RuntimeError):
+class LegacyWarehouse(ValueError):
     """The warehouse holds the ``_LATEST`` layout of earlier versions."""
 
 

@@ -146,6 +146,14 @@ def test_a_pre_iceberg_warehouse_is_refused_with_one_line(tmp_path) -> None:
         timeout=120,
     )
     assert out.returncode == 2 and out.stderr.count("\n") == 1 and "pre-Iceberg" in out.stderr
+    out = subprocess.run(
+        [sys.executable, "-m", "seqkeeper", "replay", "--topic", "x-replies", "-b", "127.0.0.1:1"]
+        + ["--warehouse", str(warehouse), "--dry-run"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 2 and "pre-Iceberg" in out.stderr, out.stderr
 
 
 def legacy_warehouse(spark: Any, warehouse: Path, topic: str, changelog: str) -> None:
