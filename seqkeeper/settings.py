@@ -1010,6 +1010,13 @@ class SparkSettings:
         names,
     )
 
+    iceberg_catalog: str = var(
+        "SEQKEEPER_ICEBERG_CATALOG",
+        "",
+        "URL of an Iceberg REST catalog for the warehouse's tables (docs/spark.md). Empty: "
+        "an embedded SQL catalog on a SQLite file in the warehouse (catalog.db).",
+    )
+
     def audit_key_text(self) -> str:
         """The current audit key's text, from the variable or its file
         (empty: no key). Never echoes the key: errors name the variables

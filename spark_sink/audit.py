@@ -17,20 +17,19 @@ counted, not appended (:mod:`processors.message_log`). Partitioned by
 marked ``data`` fields, the raw value and header values are encrypted; the
 commit record names the key's fingerprint and fields.
 
-Layout under ``<warehouse>/audit``: ``run=<n>/category=<c>/day=<d>/*.parquet``
-holds the rows a run appended; ``_positions/run=<n>`` every stream's next
-position after run n; ``_commits/<n>.json`` the offsets it reached, the
-last global position and the run's summary (:class:`AuditSummary`); ``_LATEST`` the last complete run
-(replaced atomically). Readers take the runs up to ``_LATEST`` only, so a
-run killed midway is invisible, and a rerun without new records appends
-nothing.
+Storage: the Iceberg table ``seqkeeper.audit`` (:mod:`spark_sink.tables`),
+partitioned by ``category`` and ``day``; each run appends its rows in one
+commit whose summary holds the offsets reached, the last global position,
+the run's :class:`AuditSummary` and the snapshot of
+``seqkeeper.audit_positions`` (every stream's next position after the run,
+written just before). A run killed midway commits nothing, and a rerun
+without new records appends nothing.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
@@ -40,29 +39,27 @@ from typing import Any
 import orjson
 
 from seqkeeper.security import current
+from seqkeeper.spark_sink import tables
 from seqkeeper.spark_sink.crypto import Sealer
 from seqkeeper.spark_sink.kafka_source import read_kafka
-from seqkeeper.spark_sink.snapshots import commit_run, exact_ends, last_commit
+from seqkeeper.spark_sink.snapshots import exact_ends
+
+TABLE = "audit"
+POSITIONS = "audit_positions"
+GLOBAL_POSITION = "seqkeeper.global_position"  #: the last global position given
+POSITIONS_SNAPSHOT = "seqkeeper.positions"  #: the audit_positions snapshot of the run
+SEALED = "seqkeeper.sealed"  #: the key id and fields that sealed the run
+SUMMARY = "seqkeeper.summary"  #: the run's AuditSummary (rows, copies, conflicts)
 
 
-def _latest(audit: Path) -> tuple[int, dict[str, Any]]:
-    return last_commit(audit, {"offsets": {}, "global_position": 0})
-
-
-def read_audit(spark: Any, warehouse: Path) -> Any:
-    """The audit table: every committed run (``None`` before the first)."""
-    audit = warehouse / "audit"
-    run, _ = _latest(audit)
-    paths = [
-        str(audit / f"run={n}")
-        for n in range(1, run + 1)
-        if any((audit / f"run={n}").rglob("*.parquet"))
-    ]
-    if not paths:
+def read_audit(spark: Any, warehouse: Path, snapshot_id: int | None = None) -> Any:
+    """The audit table's rows at a snapshot (default: the current one),
+    Spark reading its data files (``None`` before the first row)."""
+    files = tables.data_files(tables.load(warehouse, TABLE), snapshot_id)
+    if not files:
         return None
     # mergeSchema: runs written before the headers column lack it (null there)
-    reader = spark.read.option("basePath", str(audit)).option("mergeSchema", "true")
-    return reader.parquet(*paths).drop("run")
+    return spark.read.option("mergeSchema", "true").parquet(*files)
 
 
 def coordinates(topic: str, partition: int, offset: int) -> str:
@@ -211,12 +208,13 @@ def compact_audit(
     from pyspark.sql import functions as F
     from pyspark.sql.types import BinaryType
 
-    audit = warehouse / "audit"
-    audit.mkdir(parents=True, exist_ok=True)
-    previous, commit = _latest(audit)
-    run = previous + 1
+    table = tables.load(warehouse, TABLE)
+    for done in (table, tables.load(warehouse, POSITIONS)):
+        if done is not None:
+            tables.remove_orphans(done)
+    commit = tables.committed(table)
     ends = exact_ends(bootstrap, topics)
-    starts = commit["offsets"]
+    starts = commit.offsets
     new = read_kafka(
         spark,
         {
@@ -350,16 +348,16 @@ def compact_audit(
     )
     # Each stream's next position, kept per run (so purged rows do not
     # reset positions, and a run does not rescan the whole log).
-    positions = audit / "_positions"
-    base = (
-        spark.read.parquet(str(positions / f"run={previous}"))
-        if (positions / f"run={previous}").exists()
-        else None
-    )
+    positions = tables.load(warehouse, POSITIONS)
+    base = None
+    if commit.prop(POSITIONS_SNAPSHOT):
+        files = tables.data_files(positions, int(commit.prop(POSITIONS_SNAPSHOT)))
+        base = spark.read.parquet(*files) if files else None
+    last_global = int(commit.prop(GLOBAL_POSITION, "0"))
     out = kept.select(
         "*",
         (F.row_number().over(Window.partitionBy("stream_name").orderBy(*order)) - 1).alias("rel"),
-        (F.row_number().over(Window.orderBy(*order)) + F.lit(int(commit["global_position"]))).alias(
+        (F.row_number().over(Window.orderBy(*order)) + F.lit(last_global).cast("long")).alias(
             "global_position"
         ),
     )
@@ -374,40 +372,67 @@ def compact_audit(
         out = _sealed_headers(_sealed(out, sealer), sealer)
     out = out.cache()
     count = out.count()
-    top = int(commit["global_position"]) + count
-    if count:
-        out.orderBy("global_position").write.mode("overwrite").partitionBy(
-            "category", "day"
-        ).parquet(str(audit / f"run={run}"))
-    nexts = out.groupBy("stream_name").agg((F.max("position") + 1).alias("base"))
-    if base is not None:
-        nexts = nexts.unionByName(base).groupBy("stream_name").agg(F.max("base").alias("base"))
-    nexts.write.mode("overwrite").parquet(str(positions / f"run={run}"))
-    out.unpersist()
-    marked.unpersist()
-    summary = AuditSummary(run, count, copies, conflicts, listed)
-    record: dict[str, Any] = {
-        "run": run,
-        "offsets": ends,
-        "global_position": top,
-        "summary": summary.to_json(),
-    }
-    if sealer is not None:
-        record["sealed"] = {"key_id": sealer.key_id, "fields": list(sealer.fields)}
-    commit_run(audit, record)
+    try:
+        if not count and tables.merged(starts, ends) == starts:
+            return commit.run  # nothing new: no commit
+        nexts = out.groupBy("stream_name").agg((F.max("position") + 1).alias("base"))
+        if base is not None:
+            nexts = nexts.unionByName(base).groupBy("stream_name").agg(F.max("base").alias("base"))
+        # The positions first, then the audit naming their snapshot: a crash
+        # between the two leaves a positions snapshot no audit commit names.
+        pos_table, pos_commit = tables.table_for(warehouse, POSITIONS, nexts.schema)
+        pos_dir = tables.run_directory(pos_table)
+        tables.commit(
+            pos_table,
+            pos_commit,
+            tables.write_files(nexts.coalesce(1), pos_dir),
+            {},
+            pos_dir,
+            replaced=[t.file for t in pos_table.scan().plan_files()]
+            if pos_table.current_snapshot()
+            else (),
+        )
+        pos_snapshot = tables.committed(tables.load(warehouse, POSITIONS)).snapshot_id
+        table, _ = tables.table_for(warehouse, TABLE, out.schema, ["category", "day"])
+        directory = tables.run_directory(table)
+        files = (
+            tables.write_files(out.orderBy("global_position"), directory, ["category", "day"])
+            if count
+            else []
+        )
+        summary = AuditSummary(commit.run + 1, count, copies, conflicts, listed)
+        properties = {
+            GLOBAL_POSITION: str(last_global + count),
+            POSITIONS_SNAPSHOT: str(pos_snapshot),
+            SUMMARY: json.dumps(summary.to_json(), sort_keys=True),
+        }
+        if sealer is not None:
+            properties[SEALED] = json.dumps(
+                {"key_id": sealer.key_id, "fields": list(sealer.fields)}
+            )
+        run = tables.commit(table, commit, files, ends, directory, properties)
+    finally:
+        out.unpersist()
+        marked.unpersist()
     report(summary)
     return run
 
 
 def purge_audit(warehouse: Path, keep_days: int, today: date | None = None) -> int:
     """Delete the audit rows of days older than ``keep_days`` (whole
-    ``day=`` partitions, in every run); how many partitions went. Safe to
-    run again after an interruption: it only ever deletes old days."""
-    audit = warehouse / "audit"
+    ``day`` partitions, in one commit); how many partitions went. The
+    offsets and positions reached are kept, so compaction goes on where it
+    was. Earlier snapshots keep the files until they are expired."""
     cutoff = (today or datetime.now(UTC).date()) - timedelta(days=keep_days)
-    gone = 0
-    for day_dir in sorted(audit.glob("run=*/category=*/day=*")):
-        if date.fromisoformat(day_dir.name.removeprefix("day=")) < cutoff:
-            shutil.rmtree(day_dir)
-            gone += 1
-    return gone
+    table = tables.load(warehouse, TABLE)
+    if table is None or table.current_snapshot() is None:
+        return 0
+    commit = tables.committed(table)
+    names = [f.name for f in table.spec().fields]
+    day, category = names.index("day"), names.index("category")
+    epoch_days = (cutoff - date(1970, 1, 1)).days  # Iceberg's dates
+    old = [t.file for t in table.scan().plan_files() if t.file.partition[day] < epoch_days]
+    if not old:
+        return 0
+    tables.commit(table, commit, [], {}, None, replaced=old, next_run=False)
+    return len({(f.partition[category], f.partition[day]) for f in old})

@@ -139,8 +139,10 @@ def stored_records(warehouse: Path, sealer: Sealer) -> list[tuple[int, bytes | N
     rows = table.sort_by("global_position").to_pylist()
     store = MessageStore(warehouse, sealer)
     categories = {
-        p.name.removeprefix("category=") for p in warehouse.glob("audit/run=*/category=*")
+        p.name.removeprefix("part_category=")
+        for p in warehouse.glob("seqkeeper/audit/data/run-*/part_category=*")
     }
+    assert categories
     for category in categories:  # raises if a field does not open
         assert store.category(category, batch_size=None)
     return [

@@ -288,6 +288,7 @@ def test_spark_reads_a_resealed_store(spark, tmp_path: Path) -> None:
     """Files Spark wrote (INT96 timestamps, its schema metadata) read the
     same through Spark after the pass."""
     from seqkeeper.spark_sink.audit import read_audit
+    from seqkeeper.spark_sink.snapshots import read_snapshot
 
     warehouse = tmp_path / "w"
     old, new = Sealer(OLD, FIELDS), Sealer(NEW, FIELDS)
@@ -307,7 +308,7 @@ def test_spark_reads_a_resealed_store(spark, tmp_path: Path) -> None:
     keep = ("id", "time", "position", "global_position", "category", "day", "offset")
     assert [[r[c] for c in keep] for r in after] == [[r[c] for c in keep] for r in before]
     assert read_all(warehouse, new) == expected(2, per_run=4)
-    snap = spark.read.parquet(str(warehouse / "snapshots" / small_store.SNAPSHOT_TOPIC / "run=1"))
+    snap = read_snapshot(spark, warehouse, small_store.SNAPSHOT_TOPIC)
     assert snap.count() == 6
 
 
