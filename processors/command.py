@@ -22,11 +22,25 @@ Rules:
   entity is the partitionKey within the tenant (:func:`entity_key`), its
   receipt the messageId within the tenant (:func:`receipt_id`): the same
   messageId from two tenants is two commands, each decided on its own.
-* A command's effect is decided at most once per tenant and messageId: a
-  copy that arrives while its messages are still in the outbox dispatches
-  them again (same messageIds: ``<commandId>:<n>`` and
-  ``<commandId>:reply``); a copy after they were dispatched is dropped, and
-  its stored reply is sent again when the copy asks for one (``replyTo``).
+* A command's effect is decided at most once per tenant and messageId. What
+  a copy dispatches depends on the shell's commit (``transactional``):
+
+  - at_least_once (the write-ahead outbox: state first, outputs after, a
+    crash between the two loses the dispatch): a copy that arrives while
+    its messages are still in the outbox dispatches them again (same
+    messageIds, same bytes); a copy after they were dispatched is dropped,
+    and its stored reply is sent again when the copy asks for one
+    (``replyTo``);
+  - exactly_once (``transactional``: the messages commit in one transaction
+    with the entity that holds them, or nothing does): a copy that arrives
+    while they are still in the outbox dispatches nothing (they are queued
+    in that transaction already, and its reply answers the copy too: it
+    commits after the copy was sent); a copy after they were dispatched
+    gets the stored reply again when it asks, as under at_least_once (a
+    client that missed the answer asks again with the same messageId),
+    and nothing else. So a read_committed consumer sees each event and
+    dead letter once, and a reply once plus once per later copy that asks
+    (byte-identical).
 * Unknown ``commandType`` or unsupported ``schemaVersion``: FAILED and
   dead-lettered with the reason (checked first: a contract error).
 * ``expiresAt`` passed: not executed, EXPIRED, reply "expired".
@@ -63,7 +77,9 @@ from typing import Any, Literal, TypeVar
 import orjson
 
 from seqkeeper.processors.dead_letter import DETAIL, dead_letter_headers
-from seqkeeper.processors.envelope import InvalidMessage, parse_time
+from seqkeeper.processors.envelope import InvalidMessage, output_id, parse_time
+from seqkeeper.processors.envelope import scoped as scoped  # (tenant-scoped names, re-exported)
+from seqkeeper.processors.envelope import unscoped as unscoped
 from seqkeeper.processors.values import value
 
 Status = Literal["RECEIVED", "PROCESSING", "COMPLETED", "FAILED", "EXPIRED"]
@@ -130,24 +146,6 @@ class Command:
     def receipt_id(self) -> str:
         """What this command's receipt is kept under: tenant and messageId."""
         return receipt_id(self.tenant_id, self.message_id)
-
-
-def scoped(tenant_id: str, name: str) -> str:
-    """``name`` within ``tenant_id``: ``<len(tenant)>:<tenant>/<name>`` (the
-    length makes the split unambiguous whatever either contains)."""
-    return f"{len(tenant_id)}:{tenant_id}/{name}"
-
-
-def unscoped(text: str) -> tuple[str, str]:
-    """The tenant and the name of a :func:`scoped` text; ``ValueError`` if
-    ``text`` is not one."""
-    length, _, rest = text.partition(":")
-    if length.isascii() and length.isdigit():
-        n = int(length)
-        tenant, name = rest[:n], rest[n + 1 :]
-        if scoped(tenant, name) == text:
-            return tenant, name
-    raise ValueError(f"not a tenant-scoped name: {text!r}")
 
 
 def entity_key(tenant_id: str, partition_key: str) -> str:
@@ -488,13 +486,18 @@ def _conflict(command: Command, entity: Entity) -> bool:
     return command.expected_version is not None and command.expected_version != entity.version
 
 
+def reply_id(command: Command) -> str:
+    """The messageId of ``command``'s reply (:func:`output_id` in its tenant)."""
+    return output_id(command.tenant_id, command.message_id, "reply")
+
+
 def reply(
     command: Command, success: bool, message: str, data: Any = None, version: int | None = None
 ) -> Outgoing | None:
     if command.reply_to is None:
         return None
     body = {
-        "messageId": f"{command.message_id}:reply",
+        "messageId": reply_id(command),
         "correlationId": command.correlation_id,
         "causationId": command.message_id,
         "success": success,
@@ -506,7 +509,7 @@ def reply(
     return Outgoing(
         command.reply_to,
         command.partition_key,
-        f"{command.message_id}:reply",
+        reply_id(command),
         orjson.dumps(body),
         command.trace,
     )
@@ -515,7 +518,7 @@ def reply(
 def _events(command: Command, events: list[Event], version: int) -> tuple[Outgoing, ...]:
     out = []
     for n, ev in enumerate(events, 1):
-        mid = f"{command.message_id}:{n}"
+        mid = output_id(command.tenant_id, command.message_id, str(n))
         body = {
             "messageId": mid,
             "type": ev.type,
@@ -542,6 +545,7 @@ def decide(
     retrying: bool = False,
     origin: Origin | None = None,
     outcome: Outcome | None = None,
+    transactional: bool = False,
 ) -> Decision:
     """Decide on ``command`` for ``entity`` given its ``receipt`` (if any).
 
@@ -551,21 +555,30 @@ def decide(
     when the shell ran it (an async handler) on ``entity.state``; used
     instead of calling the handler, and ignored when these arguments call
     none. Without it, the (sync) handler is called here.
+    ``transactional``: the shell commits the messages decided here in one
+    transaction with the entity that holds them (exactly_once): a copy then
+    dispatches nothing again but its stored reply (see the module's rules).
     """
     mid = command.message_id
     stored = entity.pending(mid)
-    if stored is not None:  # not yet dispatched: dispatch the same messages again
+    if stored is not None:  # not yet known to be dispatched
         repaired = receipt
         if receipt is None or receipt.status == "PROCESSING":  # a crash cut the receipt write
             repaired = recovered_receipt(command.entity, mid, stored, now, receipt, command)
+        # at_least_once: the dispatch before may be lost, dispatch the same
+        # messages again; exactly_once: they go out in the transaction that
+        # commits this entity (or nothing of it does), once, and the reply
+        # among them commits after this copy was sent: it answers it too
         return Decision(
-            receipt=repaired if repaired is not receipt else None, dispatch=stored, duplicate=True
+            receipt=repaired if repaired is not receipt else None,
+            dispatch=() if transactional else stored,
+            duplicate=True,
         )
     if _decided(receipt, retrying):
         assert receipt is not None
         again: tuple[Outgoing, ...] = ()
         if receipt.dispatched and receipt.reply is not None and command.reply_to is not None:
-            again = (receipt.reply,)
+            again = (receipt.reply,)  # (committed before this copy was read: it asks again)
         return Decision(dispatch=again, duplicate=True)
 
     attempts = receipt.attempts if receipt is not None else 0
@@ -606,7 +619,7 @@ def decide(
             letter = Outgoing(
                 DEAD_LETTER,
                 command.partition_key,
-                f"{mid}:dead-letter",
+                output_id(command.tenant_id, mid, "dead-letter"),
                 command.value,
                 tuple(headers),
             )
@@ -714,7 +727,7 @@ def recovered_receipt(
     for m in messages:
         if m.topic == DEAD_LETTER:
             letter = m
-        elif m.message_id == f"{command_id}:reply":
+        elif m.message_id.endswith(":reply"):  # (the entry holds this command's only)
             reply = m
     first = _document(messages[0].value) if messages else {}
     status: Status = "COMPLETED"

@@ -73,6 +73,35 @@ class Message:
 TRACE_HEADERS = ("traceparent", "tracestate")
 
 
+def scoped(scope: str, name: str) -> str:
+    """``name`` within ``scope`` (a tenant, a key): ``<len(scope)>:<scope>/<name>``
+    (the length makes the split unambiguous whatever either contains)."""
+    return f"{len(scope)}:{scope}/{name}"
+
+
+def unscoped(text: str) -> tuple[str, str]:
+    """The scope and the name of a :func:`scoped` text; ``ValueError`` if
+    ``text`` is not one."""
+    length, _, rest = text.partition(":")
+    if length.isascii() and length.isdigit():
+        n = int(length)
+        scope, name = rest[:n], rest[n + 1 :]
+        if scoped(scope, name) == text:
+            return scope, name
+    raise ValueError(f"not a scoped name: {text!r}")
+
+
+def output_id(scope: str, message_id: str, suffix: str) -> str:
+    """The messageId of output ``suffix`` (``1``, ``2``, …, ``reply``) of
+    input ``message_id``, whose ids are unique only within ``scope`` (a
+    command's tenant, a processor's key): ``<scoped(scope, message_id)>:<suffix>``.
+    Distinct (scope, message_id, suffix) give distinct ids: :func:`scoped`
+    is one-to-one and a suffix holds no ``:``. Deterministic, so an output
+    made again carries the same id."""
+    assert ":" not in suffix
+    return f"{scoped(scope, message_id)}:{suffix}"
+
+
 def trace_of(headers: Iterable[tuple[str, bytes | None]]) -> tuple[tuple[str, bytes], ...]:
     """The trace headers among a record's headers, in their order (a null
     one carries no trace)."""

@@ -26,7 +26,7 @@ from typing import Any, Union
 import orjson
 
 from seqkeeper.processors.dead_letter import dead_letter_headers
-from seqkeeper.processors.envelope import trace_of
+from seqkeeper.processors.envelope import output_id, trace_of
 from seqkeeper.processors.resequencer import GAP_SKIPPED, Emission, GapSkipped
 
 __all__ = [
@@ -142,7 +142,7 @@ def results(message: Message, result: Any) -> tuple[bytes, list[OutRecord]]:
     records: list[OutRecord] = []
     for n, item in enumerate(outputs, 1):
         out = item if isinstance(item, Output) else Output(item)
-        mid = f"{message.message_id}:{n}"
+        mid = output_id(message.key, message.message_id, str(n))  # (input ids: unique per key)
         body: dict[str, Any] = {
             "messageId": mid,
             "causationId": message.message_id,

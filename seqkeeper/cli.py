@@ -427,9 +427,16 @@ def compact(
         ),
     ] = False,
     isolation: IsolationOpt = None,
+    convert: Annotated[
+        bool,
+        typer.Option(
+            help="First turn a warehouse of the pre-Iceberg layout (_LATEST files) into "
+            "the Iceberg tables, once (docs/spark.md)."
+        ),
+    ] = False,
 ) -> None:
     """Compact the changelog topics (state snapshots) and the message topics
-    (audit log) into Parquet, incrementally (PySpark)."""
+    (audit log) into Apache Iceberg tables, incrementally (PySpark)."""
     import asyncio
     import threading
 
@@ -438,6 +445,7 @@ def compact(
 
     from seqkeeper.access import check_topics
     from seqkeeper.spark_sink.job import planned_topics, run_compact, spark_session, watch_tasks
+    from seqkeeper.spark_sink.tables import LegacyWarehouse, LostCommit, refuse_legacy
 
     console = Console()
     settings = settings_of(
@@ -455,6 +463,12 @@ def compact(
     # Read on every topic it will compact, before Spark starts: a refusal in
     # the middle of the run would leave the snapshots committed, the audit not
     # (the topics it may not describe it does not see, as if missing).
+    try:  # before Spark starts
+        if not convert:
+            refuse_legacy(warehouse)
+    except LegacyWarehouse as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(2) from None
     changelogs, messages = topics = planned_topics(settings)
     asyncio.run(check_topics(settings, reads=[*changelogs, *messages]))
     if not changelogs and not messages and not reseal:  # (no Spark to start for nothing)
@@ -479,10 +493,26 @@ def compact(
             bar.update(units, description=label, total=total, completed=started)
             started += 1
 
+        summaries: list[Any] = []  # the audit run's (rows, copies, conflicts)
         try:
-            done = run_compact(spark, settings, warehouse, step, sealer, topics)
+            if convert:
+                from seqkeeper.spark_sink.convert import convert_warehouse
+
+                bar.update(units, description="converting the warehouse")
+                converted = convert_warehouse(spark, warehouse)
+                console.print(
+                    f"converted {warehouse}: "
+                    + (", ".join(f"{k} {v} rows" for k, v in converted.items()) or "nothing to do"),
+                    markup=False,
+                    soft_wrap=True,
+                )
+            done = run_compact(spark, settings, warehouse, step, sealer, topics, summaries.append)
             bar.update(units, description="committed", completed=started)
             bar.update(tasks, visible=False)
+        except (LostCommit, LegacyWarehouse) as e:
+            bar.stop()
+            typer.echo(f"error: {e}", err=True)
+            raise typer.Exit(1 if isinstance(e, LostCommit) else 2) from None
         finally:
             stop.set()
             watcher.join()
@@ -506,6 +536,8 @@ def compact(
             markup=False,
             soft_wrap=True,
         )
+        for summary in summaries:
+            console.print(summary.text(), markup=False, highlight=False, soft_wrap=True)
     if purge_days is not None:
         from seqkeeper.spark_sink.audit import purge_audit
 
@@ -889,16 +921,24 @@ store_app = Commands(
 )
 app.add_typer(store_app, name="store")
 WarehouseOpt = Annotated[Path, typer.Option(help="Where compact wrote.")]
+AsOfOpt = Annotated[
+    Optional[str],
+    typer.Option(help="Read the store as it was: a run number (as compact printed) or a UTC time."),
+]
 
 
-def _store(warehouse: Path) -> Any:
+def _store(warehouse: Path, as_of: str | None = None) -> Any:
     from seqkeeper.spark_sink.store import MessageStore
+    from seqkeeper.spark_sink.tables import LegacyWarehouse
 
     try:
-        return MessageStore(warehouse, _sealer())
+        return MessageStore(warehouse, _sealer(), as_of)
     except FileNotFoundError as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(1) from None
+    except (ValueError, LegacyWarehouse) as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(2) from None
 
 
 def _read(call: Any) -> Any:
@@ -923,9 +963,10 @@ def store_stream(
     position: Annotated[int, typer.Option(help="From this stream position.")] = 0,
     batch_size: Annotated[int, typer.Option(help="At most this many.")] = 1000,
     warehouse: WarehouseOpt = Path("warehouse"),
+    as_of: AsOfOpt = None,
 ) -> None:
     """A stream's messages from a position (get_stream_messages), JSON lines."""
-    store = _store(warehouse)
+    store = _store(warehouse, as_of)
     _print(_read(lambda: store.stream(name, position, batch_size)))
 
 
@@ -941,9 +982,10 @@ def store_category(
     member: Annotated[Optional[int], typer.Option(help="Consumer group member.")] = None,
     size: Annotated[Optional[int], typer.Option(help="Consumer group size.")] = None,
     warehouse: WarehouseOpt = Path("warehouse"),
+    as_of: AsOfOpt = None,
 ) -> None:
     """A category's messages from a global position (get_category_messages)."""
-    store = _store(warehouse)
+    store = _store(warehouse, as_of)
     _print(
         _read(
             lambda: store.category(
@@ -958,9 +1000,10 @@ def store_last(
     name: Annotated[str, typer.Argument(help="Stream name.")],
     message_type: Annotated[Optional[str], typer.Option("--type", help="Of this type.")] = None,
     warehouse: WarehouseOpt = Path("warehouse"),
+    as_of: AsOfOpt = None,
 ) -> None:
     """A stream's last message (get_last_stream_message); exit 1 if none."""
-    store = _store(warehouse)
+    store = _store(warehouse, as_of)
     found = _read(lambda: store.last(name, message_type))
     if found is None:
         raise typer.Exit(1)
@@ -971,9 +1014,10 @@ def store_last(
 def store_version(
     name: Annotated[str, typer.Argument(help="Stream name.")],
     warehouse: WarehouseOpt = Path("warehouse"),
+    as_of: AsOfOpt = None,
 ) -> None:
     """A stream's version: its last position (stream_version); exit 1 if none."""
-    version = _store(warehouse).version(name)
+    version = _store(warehouse, as_of).version(name)
     if version is None:
         typer.echo("no such stream", err=True)
         raise typer.Exit(1)

@@ -75,7 +75,7 @@ class ReplyTimeout(TimeoutError):
 class Reply:
     """The worker's answer to one command."""
 
-    message_id: str  #: the reply's own (``<command messageId>:reply``)
+    message_id: str  #: the reply's own (``<len(tenant)>:<tenant>/<command messageId>:reply``)
     causation_id: str  #: the command's messageId
     correlation_id: str
     success: bool

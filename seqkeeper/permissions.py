@@ -25,7 +25,8 @@ use no consumer group and no transactional id:
 * ``reader``: ``verify`` reads the ordered worker's input, outputs, dead
   letters and late topic; ``inspect`` reads the command worker's changelog;
 * ``compactor``: ``compact`` reads both topologies' changelogs and message
-  topics (those that exist; it writes only the warehouse);
+  topics, the processor's output and the reply topics named (those that
+  exist; it writes only the warehouse);
 * ``replayer``: ``replay`` writes its ``--topic`` (Create: it creates it
   when missing);
 * ``client``: :class:`seqkeeper.client.CommandClient` and ``seqkeeper
@@ -160,7 +161,8 @@ def role_grants(
     """The ACLs of ``role`` (:data:`ROLES`) with ``settings``: ``worker``,
     the worker of the settings' topology; ``command-worker`` (``reply_topics``:
     the ``replyTo`` topics it writes); ``reader`` (``verify``, ``inspect``);
-    ``compactor`` (``compact``); ``replayer`` (``replay --topic topic``);
+    ``compactor`` (``compact``; ``reply_topics``: the reply topics it
+    audits); ``replayer`` (``replay --topic topic``);
     ``client`` (``seqkeeper send``, :class:`~seqkeeper.client.CommandClient`:
     ``reply_topics`` are its reply topics, ``seqkeeper send``'s default
     when none). ``create=False``: the topics exist (an admin created them)."""
@@ -181,6 +183,9 @@ def role_grants(
         # (every topic it would compact, as if all existed: it skips the others)
         both = [settings.with_overrides(topology=t) for t in ("ordered", "commands")]
         every = {t for s in both for t in [*s.topics(), *internal_topics(s)]}
+        # the processor's output (whether or not this has the setting) and
+        # the reply topics named (--reply-topic): compact audits them too
+        every |= {settings.ordered.processed_topic, *reply_topics}
         changelogs, messages = plan_topics(settings, every)
         return [Grant(("Read",), "topic", tuple(dict.fromkeys([*changelogs, *messages])))]
     if role == "replayer":

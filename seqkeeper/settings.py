@@ -472,7 +472,8 @@ class RuntimeSettings:
         "auto",
         "auto: exactly_once when the broker has transactions, else at_least_once. "
         "exactly_once: Kafka transactions (outputs, state and input offsets committed "
-        "together; read_committed consumers see each output once); refused on a broker "
+        "together; read_committed consumers see each output once, a command's reply also "
+        "once per later copy that asks); refused on a broker "
         "without transactions. at_least_once: the write-ahead outbox (duplicates after a "
         "crash are byte-identical).",
         choice("auto", "at_least_once", "exactly_once"),
@@ -1016,6 +1017,13 @@ class SparkSettings:
         "",
         "Comma-separated value fields that the audit log stores encrypted (needs the key).",
         names,
+    )
+
+    iceberg_catalog: str = var(
+        "SEQKEEPER_ICEBERG_CATALOG",
+        "",
+        "URL of an Iceberg REST catalog for the warehouse's tables (docs/spark.md). Empty: "
+        "an embedded SQL catalog on a SQLite file in the warehouse (catalog.db).",
     )
 
     def audit_key_text(self) -> str:

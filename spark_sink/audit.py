@@ -7,24 +7,31 @@ topic name with ``-`` replaced by ``_``, since ``-`` separates category and
 id), ``type``, ``position`` (gapless per stream, counted across runs),
 ``global_position`` (unique and increasing across runs), ``data`` and
 ``metadata`` (JSON text), ``time``, the original ``key`` and ``value``
-bytes (for replay), the Kafka coordinates, and ``dead_letter_reason`` (the
-``seqkeeper.reason`` header). Partitioned by ``category`` and ``day``. With a
-:class:`~spark_sink.crypto.Sealer`, marked ``data`` fields and the raw value
-are encrypted; the commit record names the key's fingerprint and fields.
+bytes and ``headers`` (:data:`HEADERS_TYPE`; for replay), the Kafka
+coordinates, and ``dead_letter_reason`` (the ``seqkeeper.reason`` header).
+One row per message id per stream, as in message-db: a copy of a row
+(an at_least_once re-emission, a reply the outbox sent again) is counted in
+the run's summary, not appended; a copy with other bytes is logged and
+counted, not appended (:mod:`processors.message_log`). Partitioned by
+``category`` and ``day``. With a :class:`~spark_sink.crypto.Sealer`,
+marked ``data`` fields, the raw value and header values are encrypted; the
+commit record names the key's fingerprint and fields.
 
-Layout under ``<warehouse>/audit``: ``run=<n>/category=<c>/day=<d>/*.parquet``
-holds the rows a run appended; ``_positions/run=<n>`` every stream's next
-position after run n; ``_commits/<n>.json`` the offsets it reached and the
-last global position; ``_LATEST`` the last complete run
-(replaced atomically). Readers take the runs up to ``_LATEST`` only, so a
-run killed midway is invisible, and a rerun without new records appends
-nothing.
+Storage: the Iceberg table ``seqkeeper.audit`` (:mod:`spark_sink.tables`),
+partitioned by ``category`` and ``day``; each run appends its rows in one
+commit whose summary holds the offsets reached, the last global position,
+the run's :class:`AuditSummary` and the snapshot of
+``seqkeeper.audit_positions`` (every stream's next position after the run,
+written just before). A run killed midway commits nothing, and a rerun
+without new records appends nothing.
 """
 
 from __future__ import annotations
 
 import json
-import shutil
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -32,27 +39,27 @@ from typing import Any
 import orjson
 
 from seqkeeper.security import current
+from seqkeeper.spark_sink import tables
 from seqkeeper.spark_sink.crypto import Sealer
 from seqkeeper.spark_sink.kafka_source import read_kafka
-from seqkeeper.spark_sink.snapshots import commit_run, exact_ends, last_commit
+from seqkeeper.spark_sink.snapshots import exact_ends
+
+TABLE = "audit"
+POSITIONS = "audit_positions"
+GLOBAL_POSITION = "seqkeeper.global_position"  #: the last global position given
+POSITIONS_SNAPSHOT = "seqkeeper.positions"  #: the audit_positions snapshot of the run
+SEALED = "seqkeeper.sealed"  #: the key id and fields that sealed the run
+SUMMARY = "seqkeeper.summary"  #: the run's AuditSummary (rows, copies, conflicts)
 
 
-def _latest(audit: Path) -> tuple[int, dict[str, Any]]:
-    return last_commit(audit, {"offsets": {}, "global_position": 0})
-
-
-def read_audit(spark: Any, warehouse: Path) -> Any:
-    """The audit table: every committed run (``None`` before the first)."""
-    audit = warehouse / "audit"
-    run, _ = _latest(audit)
-    paths = [
-        str(audit / f"run={n}")
-        for n in range(1, run + 1)
-        if any((audit / f"run={n}").rglob("*.parquet"))
-    ]
-    if not paths:
+def read_audit(spark: Any, warehouse: Path, snapshot_id: int | None = None) -> Any:
+    """The audit table's rows at a snapshot (default: the current one),
+    Spark reading its data files (``None`` before the first row)."""
+    files = tables.data_files(tables.load(warehouse, TABLE), snapshot_id)
+    if not files:
         return None
-    return spark.read.option("basePath", str(audit)).parquet(*paths).drop("run")
+    # mergeSchema: runs written before the headers column lack it (null there)
+    return spark.read.option("mergeSchema", "true").parquet(*files)
 
 
 def coordinates(topic: str, partition: int, offset: int) -> str:
@@ -80,28 +87,136 @@ def _sealed(out: Any, sealer: Sealer) -> Any:
     ).withColumn("value", F.udf(sealer.seal_bytes, BinaryType(), useArrow=False)("value", ctx))
 
 
+#: The column :func:`compact_audit` adds for each record's headers, in the
+#: order written: the name's bytes (UTF-8, as Kafka's protocol sends them)
+#: and the value's (``None`` kept), so ``replay`` sends them back byte for
+#: byte. With a sealer, each value is sealed (context: the record's
+#: coordinates and the header's index, :func:`header_context`).
+HEADERS_TYPE = "array<struct<key: binary, value: binary>>"
+
+#: How many conflicting copies a run names in its summary and log.
+LISTED_CONFLICTS = 20
+
+log = logging.getLogger(__name__)
+
+
+def header_context(topic: str, partition: int, offset: int, index: int) -> str:
+    """A header value's context for :class:`~spark_sink.crypto.Sealer`."""
+    return f"{coordinates(topic, partition, offset)}:header:{index}"
+
+
+@dataclass(frozen=True)
+class Conflict:
+    """A record whose id its stream already has, with other bytes: not a
+    row (the first stays), reported."""
+
+    id: str
+    stream_name: str
+    at: tuple[str, int, int]
+    first: tuple[str, int, int]
+
+    def text(self) -> str:
+        return (
+            f"message {self.id!r} of stream {self.stream_name!r} at "
+            f"{':'.join(map(str, self.at))} has other bytes than the row at "
+            f"{':'.join(map(str, self.first))}: kept the first, not this one"
+        )
+
+
+@dataclass(frozen=True)
+class AuditSummary:
+    """What one audit run did: rows appended, identical copies skipped (by
+    topic: at_least_once re-emissions, reply replays), conflicting copies
+    (same id, other bytes; the first :data:`LISTED_CONFLICTS` named)."""
+
+    run: int
+    rows: int
+    copies: dict[str, int]
+    conflicts: int
+    listed: tuple[Conflict, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "rows": self.rows,
+            "copies": self.copies,
+            "conflicts": self.conflicts,
+            "listed_conflicts": [
+                {"id": c.id, "stream_name": c.stream_name, "at": c.at, "first": c.first}
+                for c in self.listed
+            ],
+        }
+
+    def text(self) -> str:
+        copies = sum(self.copies.values())
+        by_topic = ", ".join(f"{t}: {n}" for t, n in sorted(self.copies.items()))
+        text = f"audit run {self.run}: {self.rows} rows, {copies} identical copies skipped"
+        text += f" ({by_topic})" if by_topic else ""
+        if self.conflicts:
+            text += (
+                f", {self.conflicts} copies with the id of a row but other bytes skipped "
+                f"(the first {len(self.listed)} logged; first: {self.listed[0].text()})"
+            )
+        return text
+
+
+def _sealed_headers(out: Any, sealer: Sealer) -> Any:
+    from pyspark.sql import functions as F
+
+    def seal(headers: list[Any] | None, topic: str, partition: int, offset: int) -> Any:
+        if headers is None:
+            return None
+        return [
+            (h["key"], sealer.seal_bytes(h["value"], header_context(topic, partition, offset, i)))
+            for i, h in enumerate(headers)
+        ]
+
+    udf = F.udf(seal, HEADERS_TYPE, useArrow=False)
+    return out.withColumn("headers", udf("headers", "topic", "partition", "offset"))
+
+
+def _first_rows(spark: Any, warehouse: Path) -> Any:
+    """Each (stream, id) of the committed audit: its row's value and
+    coordinates (the earliest row: a log written before copies were
+    skipped may hold several); ``None`` before the first run."""
+    from pyspark.sql import functions as F
+
+    prior = read_audit(spark, warehouse)
+    if prior is None:
+        return None
+    first = F.min_by(F.struct("value", "topic", "partition", "offset"), "global_position")
+    return prior.groupBy("stream_name", "id").agg(first.alias("prior"))
+
+
 def compact_audit(
     spark: Any,
     bootstrap: str,
     topics: list[str],
     warehouse: Path,
     sealer: Sealer | None = None,
+    report: Callable[[AuditSummary], None] = lambda summary: None,
+    id_header: str = "",
     isolation: str = "read_committed",
 ) -> int:
-    """Append the topics' new records to the audit log; the run's number
-    (``isolation``: how the topics are read; read_committed, no aborted
-    output becomes a row).
-    With a ``sealer``, marked ``data`` fields and raw values are encrypted
-    (:mod:`spark_sink.crypto`)."""
+    """Append the topics' new records to the audit log; the run's number.
+    One row per message id per stream, as message-db writes them
+    (:mod:`processors.message_log`, the reference this is tested against):
+    copies are counted and conflicts logged, in ``report``'s summary and
+    the run's commit record. ``id_header``: the header holding the
+    messageId of a value without one (``SEQKEEPER_MESSAGE_ID_HEADER``).
+    ``isolation``: how the topics are read (read_committed: no aborted
+    output becomes a row). With a ``sealer``, marked ``data`` fields, raw
+    values and header values are encrypted (:mod:`spark_sink.crypto`)."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
+    from pyspark.sql.types import BinaryType
 
-    audit = warehouse / "audit"
-    audit.mkdir(parents=True, exist_ok=True)
-    previous, commit = _latest(audit)
-    run = previous + 1
+    table = tables.load(warehouse, TABLE)
+    for done in (table, tables.load(warehouse, POSITIONS)):
+        if done is not None:
+            tables.remove_orphans(done)
+    commit = tables.committed(table)
     ends = exact_ends(bootstrap, topics, isolation)
-    starts = commit["offsets"]
+    starts = commit.offsets
     new = read_kafka(
         spark,
         {
@@ -132,6 +247,14 @@ def compact_audit(
         F.when(F.to_json(envelope) != "{}", F.to_json(envelope)),
     )
     reason = F.filter("headers", lambda h: h["key"] == "seqkeeper.reason")
+    headers = F.transform(
+        "headers",
+        lambda h: F.struct(F.encode(h["key"], "UTF-8").alias("key"), h["value"].alias("value")),
+    ).cast(HEADERS_TYPE)
+    header_id = F.lit(None).cast("string")
+    if id_header:
+        named = F.filter("headers", lambda h: h["key"] == id_header)
+        header_id = F.when(F.size(named) > 0, named[0]["value"].cast("string"))
     rows = new.select(
         "key",
         "value",
@@ -143,38 +266,103 @@ def compact_audit(
         F.coalesce(F.col("key").cast("string"), F.lit("")).alias("key_text"),
         doc.alias("doc"),
         F.when(F.size(reason) > 0, reason[0]["value"].cast("string")).alias("dead_letter_reason"),
+        headers.alias("headers"),
+        header_id.alias("header_id"),
     )
     order = ["topic", "partition", "offset"]
     stream = F.concat_ws("-", "category", "key_text")
-    # Each stream's next position, kept per run (so purged rows do not
-    # reset positions, and a run does not rescan the whole log).
-    positions = audit / "_positions"
-    base = (
-        spark.read.parquet(str(positions / f"run={previous}"))
-        if (positions / f"run={previous}").exists()
-        else None
-    )
-    out = rows.select(
-        F.coalesce(F.col("doc.messageId"), F.concat_ws(":", "topic", "partition", "offset")).alias(
-            "id"
-        ),
+    rows = rows.select(
+        F.coalesce(
+            F.col("doc.messageId"), "header_id", F.concat_ws(":", "topic", "partition", "offset")
+        ).alias("id"),
         stream.alias("stream_name"),
         F.coalesce(F.col("doc.type"), F.col("doc.commandType"), F.lit("")).alias("type"),
-        (F.row_number().over(Window.partitionBy(stream).orderBy(*order)) - 1).alias("rel"),
-        (F.row_number().over(Window.orderBy(*order)) + F.lit(int(commit["global_position"]))).alias(
-            "global_position"
-        ),
         F.coalesce(F.col("doc.data"), F.col("doc.payload")).alias("data"),
         metadata.alias("metadata"),
         F.col("timestamp").alias("time"),
         "key",
         "value",
+        "headers",
         "topic",
         "partition",
         "offset",
         "dead_letter_reason",
         "category",
         F.to_date("timestamp").alias("day"),
+    )
+    # message-db's unique (stream, id): a record is a copy when an earlier
+    # run wrote its id to its stream, or an earlier record of this run did
+    # (in (topic, partition, offset) order, the same in every rerun); a copy
+    # with other bytes than that first one is a conflict. Only the first
+    # becomes a row (processors.message_log.append, the reference).
+    same_id = Window.partitionBy("stream_name", "id").orderBy(*order)
+    here = F.struct("topic", "partition", "offset")
+    rows = rows.select(
+        "*",
+        F.row_number().over(same_id).alias("nth"),
+        F.first("value").over(same_id).alias("first_value"),
+        F.first(here).over(same_id).alias("first_at"),
+    )
+    prior = _first_rows(spark, warehouse)
+    if prior is not None:
+        rows = rows.join(prior, ["stream_name", "id"], "left")
+        prior_value = F.col("prior.value")
+        if sealer is not None:  # (a row's value is sealed under its own coordinates)
+            opened = F.udf(
+                lambda v, t, p, o: sealer.open_bytes(v, coordinates(t, p, o)),
+                BinaryType(),
+                useArrow=False,
+            )
+            prior_value = opened("prior.value", "prior.topic", "prior.partition", "prior.offset")
+        first_value = F.when(F.col("prior").isNotNull(), prior_value).otherwise(
+            F.col("first_value")
+        )
+        first_at = F.when(
+            F.col("prior").isNotNull(), F.struct("prior.topic", "prior.partition", "prior.offset")
+        ).otherwise(F.col("first_at"))
+        copy = F.col("prior").isNotNull() | (F.col("nth") > 1)
+    else:
+        first_value, first_at, copy = F.col("first_value"), F.col("first_at"), F.col("nth") > 1
+    marked = rows.select(
+        "*",
+        copy.alias("is_copy"),
+        F.col("value").eqNullSafe(first_value).alias("identical"),
+        first_at.alias("first"),
+    ).cache()
+    copies = {
+        r.topic: int(r["count"])
+        for r in marked.where("is_copy AND identical").groupBy("topic").count().collect()
+    }
+    conflicting = marked.where("is_copy AND NOT identical")
+    conflicts = conflicting.count()
+    listed = tuple(
+        Conflict(
+            r.id,
+            r.stream_name,
+            (r.topic, r.partition, r.offset),
+            (r.first.topic, r.first.partition, r.first.offset),
+        )
+        for r in conflicting.orderBy(*order).limit(LISTED_CONFLICTS).collect()
+    )
+    for c in listed:
+        log.warning("audit: %s", c.text())
+    kept = marked.where(~F.col("is_copy")).drop(
+        "nth", "first_value", "first_at", "prior", "is_copy", "identical", "first"
+    )
+    # Each stream's next position, kept per run (so purged rows do not
+    # reset positions, and a run does not rescan the whole log).
+    positions = tables.load(warehouse, POSITIONS)
+    base = None
+    if commit.prop(POSITIONS_SNAPSHOT):
+        files = tables.data_files(positions, int(commit.prop(POSITIONS_SNAPSHOT)))
+        base = spark.read.parquet(*files) if files else None
+    last_global = int(commit.prop(GLOBAL_POSITION, "0"))
+    out = kept.select(
+        "*",
+        (F.row_number().over(Window.partitionBy("stream_name").orderBy(*order)) - 1).alias("rel"),
+        (F.row_number().over(Window.orderBy(*order)) + F.lit(last_global).cast("long")).alias(
+            "global_position"
+        ),
     )
     if base is not None:
         out = out.join(base, "stream_name", "left").withColumn(
@@ -184,35 +372,70 @@ def compact_audit(
         out = out.withColumn("position", F.col("rel"))
     out = out.drop("rel", "base")
     if sealer is not None:
-        out = _sealed(out, sealer)
+        out = _sealed_headers(_sealed(out, sealer), sealer)
     out = out.cache()
     count = out.count()
-    top = int(commit["global_position"]) + count
-    if count:
-        out.orderBy("global_position").write.mode("overwrite").partitionBy(
-            "category", "day"
-        ).parquet(str(audit / f"run={run}"))
-    nexts = out.groupBy("stream_name").agg((F.max("position") + 1).alias("base"))
-    if base is not None:
-        nexts = nexts.unionByName(base).groupBy("stream_name").agg(F.max("base").alias("base"))
-    nexts.write.mode("overwrite").parquet(str(positions / f"run={run}"))
-    out.unpersist()
-    record: dict[str, Any] = {"run": run, "offsets": ends, "global_position": top}
-    if sealer is not None:
-        record["sealed"] = {"key_id": sealer.key_id, "fields": list(sealer.fields)}
-    commit_run(audit, record)
+    try:
+        if not count and tables.merged(starts, ends) == starts:
+            return commit.run  # nothing new: no commit
+        nexts = out.groupBy("stream_name").agg((F.max("position") + 1).alias("base"))
+        if base is not None:
+            nexts = nexts.unionByName(base).groupBy("stream_name").agg(F.max("base").alias("base"))
+        # The positions first, then the audit naming their snapshot: a crash
+        # between the two leaves a positions snapshot no audit commit names.
+        pos_table, pos_commit = tables.table_for(warehouse, POSITIONS, nexts.schema)
+        pos_dir = tables.run_directory(pos_table)
+        tables.commit(
+            pos_table,
+            pos_commit,
+            tables.write_files(nexts.coalesce(1), pos_dir),
+            {},
+            pos_dir,
+            replaced=[t.file for t in pos_table.scan().plan_files()]
+            if pos_table.current_snapshot()
+            else (),
+        )
+        pos_snapshot = tables.committed(tables.load(warehouse, POSITIONS)).snapshot_id
+        table, _ = tables.table_for(warehouse, TABLE, out.schema, ["category", "day"])
+        directory = tables.run_directory(table)
+        files = (
+            tables.write_files(out.orderBy("global_position"), directory, ["category", "day"])
+            if count
+            else []
+        )
+        summary = AuditSummary(commit.run + 1, count, copies, conflicts, listed)
+        properties = {
+            GLOBAL_POSITION: str(last_global + count),
+            POSITIONS_SNAPSHOT: str(pos_snapshot),
+            SUMMARY: json.dumps(summary.to_json(), sort_keys=True),
+        }
+        if sealer is not None:
+            properties[SEALED] = json.dumps(
+                {"key_id": sealer.key_id, "fields": list(sealer.fields)}
+            )
+        run = tables.commit(table, commit, files, ends, directory, properties)
+    finally:
+        out.unpersist()
+        marked.unpersist()
+    report(summary)
     return run
 
 
 def purge_audit(warehouse: Path, keep_days: int, today: date | None = None) -> int:
     """Delete the audit rows of days older than ``keep_days`` (whole
-    ``day=`` partitions, in every run); how many partitions went. Safe to
-    run again after an interruption: it only ever deletes old days."""
-    audit = warehouse / "audit"
+    ``day`` partitions, in one commit); how many partitions went. The
+    offsets and positions reached are kept, so compaction goes on where it
+    was. Earlier snapshots keep the files until they are expired."""
     cutoff = (today or datetime.now(UTC).date()) - timedelta(days=keep_days)
-    gone = 0
-    for day_dir in sorted(audit.glob("run=*/category=*/day=*")):
-        if date.fromisoformat(day_dir.name.removeprefix("day=")) < cutoff:
-            shutil.rmtree(day_dir)
-            gone += 1
-    return gone
+    table = tables.load(warehouse, TABLE)
+    if table is None or table.current_snapshot() is None:
+        return 0
+    commit = tables.committed(table)
+    names = [f.name for f in table.spec().fields]
+    day, category = names.index("day"), names.index("category")
+    epoch_days = (cutoff - date(1970, 1, 1)).days  # Iceberg's dates
+    old = [t.file for t in table.scan().plan_files() if t.file.partition[day] < epoch_days]
+    if not old:
+        return 0
+    tables.commit(table, commit, [], {}, None, replaced=old, next_run=False)
+    return len({(f.partition[category], f.partition[day]) for f in old})

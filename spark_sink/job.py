@@ -11,9 +11,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from seqkeeper.processors.return_address import ReplyTopics, matches, refusal
 from seqkeeper.security import kafka_options
 from seqkeeper.settings import Settings
-from seqkeeper.spark_sink.audit import compact_audit
+from seqkeeper.spark_sink.audit import AuditSummary, compact_audit
 from seqkeeper.spark_sink.crypto import Sealer
 from seqkeeper.spark_sink.snapshots import compact_snapshots
 
@@ -31,15 +32,35 @@ async def existing_topics(bootstrap: str) -> set[str]:
 
 def plan_topics(settings: Settings, existing: set[str]) -> tuple[list[str], list[str]]:
     """(changelog topics, message topics) of both topologies that exist
-    (``existing``: those the user may describe)."""
+    (``existing``: those the user may describe). The message topics are
+    every topic a worker writes: the ordered processor's output whether or
+    not ``compact`` is given the processor setting (a worker that had one
+    wrote it), and, when the command worker's topics exist, the reply
+    topics: those ``existing`` that ``SEQKEEPER_REPLY_TOPICS`` matches
+    (without a command worker, a reply topic is some other app's)."""
     ordered = settings.with_overrides(topology="ordered")
     commands = settings.with_overrides(topology="commands")
     changelogs = [
         f"{ordered.group_id}-state-changelog",
         f"{commands.group_id}-commands-changelog",
     ]
-    messages = [*ordered.topics(), *commands.topics()]
-    return [t for t in changelogs if t in existing], [t for t in messages if t in existing]
+    messages = list(
+        dict.fromkeys([*ordered.topics(), ordered.ordered.processed_topic, *commands.topics()])
+    )
+    commanded = any(t in existing for t in commands.topics())
+    replies = sorted(
+        t
+        for t in (existing if commanded else ())
+        if any(matches(p, t) for p in commands.commands.reply_topics)
+        # (where the worker may write a reply: not its own topics, __*)
+        and not refusal(
+            t, ReplyTopics(("*",), own=tuple(messages), own_prefixes=(f"{commands.group_id}-",))
+        )
+    )
+    return [t for t in changelogs if t in existing], [
+        *[t for t in messages if t in existing],
+        *[t for t in replies if t not in messages],
+    ]
 
 
 def spark_session(master: str) -> Any:
@@ -80,6 +101,7 @@ def run_compact(
     step: Callable[[str, int], None] = lambda label, total: None,
     sealer: Sealer | None = None,
     topics: tuple[list[str], list[str]] | None = None,
+    report: Callable[[AuditSummary], None] = lambda summary: None,
 ) -> dict[str, int]:
     """One compaction run; the run numbers of the snapshots and the audit
     (``sealer``: encrypt at rest, :mod:`spark_sink.crypto`). ``step(label,
@@ -87,7 +109,8 @@ def run_compact(
     audit log) starts. ``topics``: (changelog topics, message topics) as
     :func:`planned_topics` found them (the CLI checks them before Spark
     starts: a refusal in the middle would leave the units before it
-    committed); None: found here."""
+    committed); None: found here. ``report``: the audit run's summary
+    (rows, copies skipped, conflicts)."""
     changelogs, messages = topics if topics is not None else planned_topics(settings)
     total = len(changelogs) + bool(messages)
     done = {}
@@ -109,6 +132,8 @@ def run_compact(
             messages,
             warehouse,
             sealer,
+            report,
+            id_header=settings.ordered.message_id_header,
             isolation=settings.broker.isolation,
         )
     return done

@@ -1,7 +1,8 @@
 """``seqkeeper replay``: publish audited messages to a topic again, from the
 audit Parquet, in their original order (global position: per key the
-order of the source partition), with the original key and value bytes, so
-messageIds are preserved and consumers deduplicate."""
+order of the source partition), with the original key, value and header
+bytes, so messageIds are preserved (in the value or in a header) and
+consumers deduplicate."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from seqkeeper.security import kafka_options
-from seqkeeper.spark_sink.audit import coordinates, read_audit
+from seqkeeper.spark_sink.audit import HEADERS_TYPE, coordinates, header_context, read_audit
 from seqkeeper.spark_sink.crypto import KEY_ENV, AuditKeyError, Sealer, is_sealed
 
 
@@ -49,9 +50,17 @@ def select(spark: Any, warehouse: Path, selection: Selection) -> Any:
         df = df.where(F.col("position") >= s.from_position)
     if s.to_position is not None:
         df = df.where(F.col("position") <= s.to_position)
-    return df.select("global_position", "key", "value", "topic", "partition", "offset").orderBy(
-        "global_position"
-    )
+    # (runs written before headers were kept have none)
+    headers = "headers" if "headers" in df.columns else F.lit(None).cast(HEADERS_TYPE)
+    return df.select(
+        "global_position",
+        "key",
+        "value",
+        F.col(headers) if isinstance(headers, str) else headers.alias("headers"),
+        "topic",
+        "partition",
+        "offset",
+    ).orderBy("global_position")
 
 
 def _value(row: Any, sealer: Sealer | None) -> bytes | None:
@@ -61,6 +70,21 @@ def _value(row: Any, sealer: Sealer | None) -> bytes | None:
     if sealer is None:
         raise AuditKeyError(f"the audit log is encrypted: set {KEY_ENV} to replay it")
     return sealer.open_bytes(value, coordinates(row.topic, row.partition, row.offset))
+
+
+def _headers(row: Any, sealer: Sealer | None) -> list[tuple[str, bytes | None]]:
+    """The row's headers as they were written (names are UTF-8 in Kafka's
+    protocol; values opened when sealed)."""
+    out = []
+    for i, h in enumerate(row.headers or ()):
+        value = None if h["value"] is None else bytes(h["value"])
+        if is_sealed(value):
+            if sealer is None:
+                raise AuditKeyError(f"the audit log is encrypted: set {KEY_ENV} to replay it")
+            ctx = header_context(row.topic, row.partition, row.offset, i)
+            value = sealer.open_bytes(value, ctx)
+        out.append((bytes(h["key"]).decode("utf-8"), value))
+    return out
 
 
 async def _publish(
@@ -82,7 +106,8 @@ async def _publish(
         for row in rows:
             key = None if row.key is None else bytes(row.key)
             value = _value(row, sealer)
-            pending.append(await producer.send(topic, value, key=key))
+            headers = _headers(row, sealer)
+            pending.append(await producer.send(topic, value, key=key, headers=headers))
             sent += 1
             if len(pending) >= 5_000:
                 await asyncio.gather(*pending)

@@ -4,22 +4,23 @@ docs/security.md).
 
 Compaction seals new rows with the current key, and rewrites each state
 snapshot whole (so its values move to the current key at every run), but
-it never rewrites the audit log's earlier runs. This pass does, file by
-file, in the committed audit runs and the latest snapshot tables:
+it never rewrites the audit log's earlier rows. This pass does, file by
+file, over the current snapshot of both Iceberg tables:
 
 * each file is read, its sealed values not under the current key are
   opened (with whichever given key sealed them) and sealed again with the
   current key, which gives the bytes a fresh compaction under that key
-  would; everything else (rows, order, clear values, Spark's schema) is
-  kept as it was;
-* the new file is written beside the old one under a hidden name
-  (readers, pyarrow and Spark, skip names starting with ``.``), then
-  renamed over it (``os.replace``, atomic), after its stale Hadoop
-  checksum (``.<name>.crc``) is removed. A crash leaves each file
-  either old or new, both readable with the keys given, and at most a
-  hidden leftover that the next pass overwrites; rerunning the pass
-  finishes the work, and a file already under the current key is not
-  rewritten.
+  would; everything else (rows, order, clear values, the schema) is kept
+  as it was;
+* the new file is written under a new run directory of the table, and all
+  of a table's new files replace the old ones in one Iceberg commit (the
+  offsets reached are carried over). A crash before the commit leaves the
+  table as it was (the new files are orphans the next run removes);
+  rerunning the pass finishes the work, and a file already under the
+  current key is not rewritten.
+
+The table's earlier snapshots still name the old files (time travel):
+they keep values under the old keys until those snapshots are expired.
 
 Values no given key opens are left as they are and counted by the key id
 they name: when the report's count is 0 nothing needs the old keys any more.
@@ -36,6 +37,7 @@ from typing import Any
 
 import orjson
 
+from seqkeeper.spark_sink import tables
 from seqkeeper.spark_sink.crypto import (
     PREFIX,
     TOKEN_ID_LENGTH,
@@ -44,7 +46,7 @@ from seqkeeper.spark_sink.crypto import (
     Sealer,
     is_sealed,
 )
-from seqkeeper.spark_sink.snapshots import MESSAGE_FAMILIES, last_commit, latest_run
+from seqkeeper.spark_sink.snapshots import MESSAGE_FAMILIES
 
 
 @dataclass
@@ -63,23 +65,13 @@ class ResealReport:
 
 
 def sealed_files(warehouse: Path) -> list[Path]:
-    """The Parquet files readers read: the committed audit runs (a run past
-    ``_LATEST`` is invisible and rewritten by the next compaction) and the
-    latest snapshot table of each changelog (earlier snapshot runs are not
-    read by anything)."""
-    out: list[Path] = []
-    audit = warehouse / "audit"
-    run, _ = last_commit(audit, {})
-    for n in range(1, run + 1):
-        out.extend(_parquet(audit / f"run={n}"))
-    _, commit = latest_run(warehouse)
-    for path in sorted(commit.get("tables", {}).values()):
-        out.extend(_parquet(warehouse / path))
-    return out
-
-
-def _parquet(directory: Path) -> list[Path]:
-    return sorted(p for p in directory.rglob("*.parquet") if not p.name.startswith((".", "_")))
+    """The Parquet files readers read: the data files of the audit and
+    snapshot tables' current snapshots."""
+    return [
+        Path(p)
+        for name in ("audit", "snapshots")
+        for p in tables.data_files(tables.load(warehouse, name))
+    ]
 
 
 def reseal_warehouse(
@@ -87,33 +79,56 @@ def reseal_warehouse(
     sealer: Sealer,
     progress: Callable[[int, int], None] = lambda done, total: None,
 ) -> ResealReport:
-    """Reseal every file of :func:`sealed_files` (``progress(done, total)``
-    after each); the report counts what is left under other keys."""
-    files = sealed_files(warehouse)
+    """Reseal every file of :func:`sealed_files`, one commit per table
+    (``progress(done, total)`` after each file); the report counts what is
+    left under other keys."""
     report = ResealReport()
-    progress(0, len(files))
-    for n, path in enumerate(files, 1):
-        reseal_file(path, sealer, report)
-        progress(n, len(files))
+    work = []
+    for name in ("audit", "snapshots"):
+        table = tables.load(warehouse, name)
+        if table is not None and table.current_snapshot() is not None:
+            work.append(
+                (table, tables.committed(table), [t.file for t in table.scan().plan_files()])
+            )
+    total = sum(len(files) for _, _, files in work)
+    done = 0
+    progress(0, total)
+    for table, base, files in work:
+        directory = tables.run_directory(table)
+        replaced, added = [], []
+        for n, data_file in enumerate(files):
+            path = Path(tables.location_path(data_file.file_path))
+            target = Path(directory, f"resealed-{n:05d}.parquet")
+            if reseal_file(path, sealer, report, target):
+                replaced.append(data_file)
+                added.append(str(target))
+            done += 1
+            progress(done, total)
+        if added:
+            tables.commit(table, base, added, {}, directory, replaced=replaced, next_run=False)
     return report
 
 
-def reseal_file(path: Path, sealer: Sealer, report: ResealReport) -> None:
-    """Reseal one audit or snapshot file in place (atomically), adding to ``report``."""
+def reseal_file(
+    path: Path, sealer: Sealer, report: ResealReport, target: Path | None = None
+) -> bool:
+    """Reseal one audit or snapshot file, adding to ``report``; whether it
+    changed. The new file goes to ``target`` (default: over ``path``,
+    atomically)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     parquet = pq.ParquetFile(path)
     table = parquet.read()
-    # Spark writes timestamps as INT96: written back as INT96 they keep the
-    # type Spark reads from the other files of the table.
+    # Spark writes timestamps as INT96 unless told otherwise: written back
+    # in the unit they had, they keep the type readers know.
     int96 = any(
         parquet.schema.column(i).physical_type == "INT96" for i in range(len(parquet.schema))
     )
     report.files += 1
     names = table.column_names
     if not {"topic", "partition", "offset"} <= set(names):
-        return
+        return False
     contexts = [
         f"{t}:{p}:{o}"
         for t, p, o in zip(
@@ -126,12 +141,14 @@ def reseal_file(path: Path, sealer: Sealer, report: ResealReport) -> None:
     tally = _Tally(sealer, report)
     families = table["family"].to_pylist() if "family" in names else None
     changed = False
-    for name in ("value", "data", "decoded"):
+    for name in ("value", "data", "decoded", "headers"):
         if name not in names:
             continue
         old = table[name].to_pylist()
         if name == "value":
             new: list[Any] = [tally.value(v, c) for v, c in zip(old, contexts, strict=True)]
+        elif name == "headers":
+            new = [tally.headers(v, c) for v, c in zip(old, contexts, strict=True)]
         elif name == "data":
             new = [tally.data(v, c) for v, c in zip(old, contexts, strict=True)]
         else:
@@ -142,8 +159,10 @@ def reseal_file(path: Path, sealer: Sealer, report: ResealReport) -> None:
             table = table.set_column(names.index(name), table.schema.field(name), column)
             changed = True
     if not changed:
-        return
-    tmp = path.with_name(f".{path.name}.reseal")
+        return False
+    final = target or path
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = final.with_name(f".{final.name}.reseal")
     pq.write_table(
         table,
         tmp,
@@ -151,15 +170,15 @@ def reseal_file(path: Path, sealer: Sealer, report: ResealReport) -> None:
         use_deprecated_int96_timestamps=int96,
         coerce_timestamps=None if int96 else "us",
     )
-    with open(tmp, "rb") as f:  # on disk before it replaces the old file
+    with open(tmp, "rb") as f:  # on disk before it takes the final name
         os.fsync(f.fileno())
     # Spark (Hadoop's local file system) keeps a checksum of each file beside
     # it and refuses a file that no longer matches; without one it reads the
-    # file unchecked. So the checksum goes first: a crash between the two
-    # steps leaves the old file unchecked, never the new one refused.
-    path.with_name(f".{path.name}.crc").unlink(missing_ok=True)
-    os.replace(tmp, path)
+    # file unchecked. So the checksum goes first.
+    final.with_name(f".{final.name}.crc").unlink(missing_ok=True)
+    os.replace(tmp, final)
     report.rewritten += 1
+    return True
 
 
 class _Tally:
@@ -188,6 +207,16 @@ class _Tally:
         if value is None or not is_sealed(value):
             return value
         return self.token(value.decode("ascii"), b"value:" + ctx.encode()).encode("ascii")
+
+    def headers(self, headers: list[dict[str, Any]] | None, ctx: str) -> Any:
+        """An audit row's headers, each value sealed under the row's
+        coordinates and its index (:func:`spark_sink.audit.header_context`)."""
+        if headers is None:
+            return None
+        return [
+            {"key": h["key"], "value": self.value(h["value"], f"{ctx}:header:{i}")}
+            for i, h in enumerate(headers)
+        ]
 
     def data(self, text: str | None, ctx: str) -> str | None:
         """An audit row's ``data`` (JSON text) with its sealed fields moved;

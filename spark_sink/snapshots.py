@@ -1,60 +1,32 @@
-"""State snapshots: the latest value per key of changelog topics, as Parquet,
-incremental and committed atomically.
+"""State snapshots: the latest value per key of changelog topics, in the
+Apache Iceberg table ``seqkeeper.snapshots`` (:mod:`spark_sink.tables`),
+partitioned by ``topic``, incremental and committed atomically.
 
-Layout under the warehouse directory::
-
-    snapshots/<topic>/run=<n>/*.parquet   latest value per key after run n
-    _commits/<n>.json                     offsets reached and tables of run n
-    _LATEST                               the number of the last complete run
-
-A run reads each topic from the offsets the last complete run reached to
-the exact ends it pins at the start, merges the new records into that run's
-snapshot (the highest offset of a key wins; a tombstone deletes the key),
-writes ``run=<n+1>``, then its commit file, then replaces ``_LATEST``
-(``os.replace``, atomic). A run killed midway leaves ``_LATEST`` on the
-previous complete run, whose files are untouched; a rerun with no new
-records produces the same rows.
+A run reads each topic from the offsets the table's current snapshot
+reached to the exact ends it pins at the start, merges the new records into
+that snapshot's rows (the highest offset of a key wins; a tombstone deletes
+the key), has Spark write each topic's new rows, then replaces the topics'
+files in one Iceberg commit whose summary holds the offsets reached. A run
+killed midway commits nothing (the table stays on the previous snapshot);
+a rerun with no new records produces the same rows.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import os
 import struct
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from seqkeeper.security import current
+from seqkeeper.spark_sink import tables
 from seqkeeper.spark_sink.crypto import FIELDS_ENV, KEY_ENV, AuditKeyError, Sealer
 from seqkeeper.spark_sink.kafka_source import plan, read_kafka
 
-
-def last_commit(directory: Path, empty: dict[str, Any]) -> tuple[int, dict[str, Any]]:
-    """The last complete run under ``directory`` and its commit record
-    (run 0 and ``empty`` before the first)."""
-    pointer = directory / "_LATEST"
-    if not pointer.exists():
-        return 0, {"run": 0, **empty}
-    run = int(pointer.read_text().strip())
-    return run, json.loads((directory / "_commits" / f"{run}.json").read_text())
-
-
-def commit_run(directory: Path, record: dict[str, Any]) -> None:
-    """Write run ``record["run"]``'s commit record, then make it the last
-    complete run by replacing ``_LATEST`` atomically (the commit point)."""
-    (directory / "_commits").mkdir(exist_ok=True)
-    run = record["run"]
-    (directory / "_commits" / f"{run}.json").write_text(json.dumps(record, sort_keys=True))
-    tmp = directory / "_LATEST.tmp"
-    tmp.write_text(f"{run}\n")
-    os.replace(tmp, directory / "_LATEST")
-
-
-def latest_run(warehouse: Path) -> tuple[int, dict[str, Any]]:
-    """The last complete snapshot run and its commit (run 0: nothing yet)."""
-    return last_commit(warehouse, {"offsets": {}, "tables": {}})
+TABLE = "snapshots"
+SEALED = "seqkeeper.sealed"  #: the key id and fields that sealed the run
 
 
 def exact_ends(
@@ -138,19 +110,23 @@ def compact_snapshots(
     that an aborted write never becomes a key's latest value)."""
     from pyspark.sql import functions as F
 
-    warehouse.mkdir(parents=True, exist_ok=True)
-    previous, commit = latest_run(warehouse)
-    if commit.get("sealed") and sealer is None:
+    table = tables.load(warehouse, TABLE)
+    if table is not None:
+        tables.remove_orphans(table)
+    commit = tables.committed(table)
+    if commit.prop(SEALED) and sealer is None:
         raise AuditKeyError(
             f"the snapshots under {warehouse} are encrypted: set {KEY_ENV} "
             f"and {FIELDS_ENV} to continue them"
         )
-    run = previous + 1
     ends = exact_ends(bootstrap, topics, isolation)
-    tables: dict[str, str] = {}
+    current_files = tables.data_files(table)
+    directory: str | None = None
+    written: list[str] = []
+    replaced: list[Any] = []
     for topic in topics:
         on_topic(topic)
-        start = commit["offsets"].get(topic, {})
+        start = commit.offsets.get(topic, {})
         new = (
             read_kafka(
                 spark,
@@ -166,9 +142,12 @@ def compact_snapshots(
             .where(F.col("key").isNotNull())
             .select("key", "value", "topic", "partition", "offset")
         )
-        old_path = commit["tables"].get(topic)
-        if old_path is not None:
-            old = spark.read.parquet(str(warehouse / old_path))
+        if current_files:
+            old = (
+                spark.read.option("mergeSchema", "true")
+                .parquet(*current_files)
+                .where(F.col("topic") == topic)
+            )
             if sealer is not None:
                 old = old.withColumn(
                     "value",
@@ -184,17 +163,49 @@ def compact_snapshots(
             .where(F.col("value").isNotNull())
         )
         latest = _decoded(latest, topic, sealer)
-        path = f"snapshots/{topic}/run={run}"
-        latest.orderBy("partition", "offset").write.mode("overwrite").parquet(str(warehouse / path))
-        tables[topic] = path
-    record: dict[str, Any] = {"run": run, "offsets": ends, "tables": tables}
+        if table is None:
+            table, _ = tables.table_for(warehouse, TABLE, latest.schema, ["topic"])
+        if directory is None:
+            directory = tables.run_directory(table)
+        # one topic per write: every file holds one partition value
+        written += tables.write_files(
+            latest.orderBy("partition", "offset"), f"{directory}/topic={_safe(topic)}"
+        )
+    if table is None or directory is None:
+        return commit.run
+    table, _ = tables.table_for(warehouse, TABLE, latest.schema, ["topic"])
+    topic_column = [f.name for f in table.spec().fields].index("topic")
+    replaced = [
+        t.file
+        for t in (table.scan().plan_files() if table.current_snapshot() else [])
+        if t.file.partition[topic_column] in topics
+    ]
+    properties = {}
     if sealer is not None:
-        record["sealed"] = {"key_id": sealer.key_id, "fields": list(sealer.fields)}
-    commit_run(warehouse, record)
-    return run
+        properties[SEALED] = json.dumps({"key_id": sealer.key_id, "fields": list(sealer.fields)})
+    return tables.commit(table, commit, written, ends, directory, properties, replaced)
 
 
-def read_snapshot(spark: Any, warehouse: Path, topic: str) -> Any:
-    """The latest complete snapshot of ``topic``."""
-    _, commit = latest_run(warehouse)
-    return spark.read.parquet(str(warehouse / commit["tables"][topic]))
+def _safe(topic: str) -> str:
+    return "".join(c if c.isalnum() or c in "._-" else "_" for c in topic)
+
+
+def read_snapshot(spark: Any, warehouse: Path, topic: str, snapshot_id: int | None = None) -> Any:
+    """The latest complete snapshot of ``topic`` (at an Iceberg snapshot:
+    default the current one), Spark reading the table's data files."""
+    from pyspark.sql import functions as F
+
+    files = tables.data_files(tables.load(warehouse, TABLE), snapshot_id)
+    if not files:
+        raise FileNotFoundError(f"no snapshots under {warehouse}: run seqkeeper compact first")
+    return spark.read.option("mergeSchema", "true").parquet(*files).where(F.col("topic") == topic)
+
+
+def latest_run(warehouse: Path) -> tuple[int, dict[str, Any]]:
+    """The last snapshot run and what it committed (``offsets``, the
+    sealing key): run 0 before the first."""
+    c = tables.committed(tables.load(warehouse, TABLE))
+    record: dict[str, Any] = {"offsets": c.offsets}
+    if c.prop(SEALED):
+        record["sealed"] = json.loads(c.prop(SEALED))
+    return c.run, record

@@ -1,5 +1,6 @@
-"""Reading the audit log like message-db's read functions (no Spark: pyarrow
-over the committed runs' Parquet, pruned by the ``category`` partition).
+"""Reading the audit log like message-db's read functions (no Spark:
+pyiceberg scans the audit table's committed snapshot, pruned by the
+``category`` partition; ``as_of`` reads an older snapshot).
 
 ==========================================  ==================================
 message-db                                  here
@@ -32,8 +33,8 @@ from typing import Any
 
 import orjson
 
+from seqkeeper.spark_sink import tables
 from seqkeeper.spark_sink.crypto import AuditKeyError, Sealer, is_sealed
-from seqkeeper.spark_sink.snapshots import last_commit
 
 COLUMNS = [
     "id",
@@ -92,29 +93,46 @@ def member_of(stream_name: str, size: int) -> int:
     return abs(hash_64(cardinal_id(stream_name))) % size
 
 
+def _expressions() -> Any:
+    """pyiceberg's row filters (its pydantic constructors do not type-check
+    with positional arguments)."""
+    import pyiceberg.expressions
+
+    return pyiceberg.expressions
+
+
 class MessageStore:
     """The committed audit log under a warehouse, read-only."""
 
-    def __init__(self, warehouse: Path, sealer: Sealer | None = None) -> None:
-        self.audit = warehouse / "audit"
-        self.run, _ = last_commit(self.audit, {})
-        if self.run == 0:
+    def __init__(
+        self, warehouse: Path, sealer: Sealer | None = None, as_of: str | None = None
+    ) -> None:
+        """``as_of``: a run number or an ISO time (the snapshot current
+        then, :func:`spark_sink.tables.snapshot_at`); default the latest."""
+        table = tables.load(warehouse, "audit")
+        if table is None or table.current_snapshot() is None:
             raise FileNotFoundError(f"no audit log under {warehouse}: run seqkeeper compact first")
+        self.table: Any = table
+        snap = (
+            self.table.current_snapshot()
+            if as_of is None
+            else tables.snapshot_at(self.table, as_of)
+        )
+        self.snapshot_id: int = snap.snapshot_id
+        self.run = tables.committed(self.table, snap).run
         self.sealer = sealer
 
     def _table(self, category: str, where: Any = None) -> Any:
-        import pyarrow.dataset as ds
+        E = _expressions()
 
-        paths = [
-            str(p)
-            for n in range(1, self.run + 1)
-            if (p := self.audit / f"run={n}" / f"category={category}").is_dir()
-        ]
-        if not paths:
-            return None
-        parts = ds.partitioning(flavor="hive")
-        dataset = ds.dataset([ds.dataset(p, format="parquet", partitioning=parts) for p in paths])
-        return dataset.to_table(columns=COLUMNS, filter=where)
+        row_filter = E.EqualTo("category", category)
+        if where is not None:
+            row_filter = E.And(row_filter, where)
+        scan = self.table.scan(
+            row_filter=row_filter, selected_fields=tuple(COLUMNS), snapshot_id=self.snapshot_id
+        )
+        table = scan.to_arrow()
+        return table if table.num_rows else None
 
     def _messages(self, table: Any, order: str, limit: int | None) -> list[Message]:
         if table is None or table.num_rows == 0:
@@ -150,9 +168,11 @@ class MessageStore:
         self, stream_name: str, position: int = 0, batch_size: int | None = 1000
     ) -> list[Message]:
         """The stream's messages from ``position`` on, in position order."""
-        import pyarrow.dataset as ds
+        E = _expressions()
 
-        where = (ds.field("stream_name") == stream_name) & (ds.field("position") >= position)
+        where = E.And(
+            E.EqualTo("stream_name", stream_name), E.GreaterThanOrEqual("position", position)
+        )
         return self._messages(self._table(category_of(stream_name), where), "position", batch_size)
 
     def category(
@@ -166,7 +186,7 @@ class MessageStore:
         correlation_id: str | None = None,
     ) -> list[Message]:
         """The category's messages from global ``position`` on, in global order."""
-        import pyarrow.dataset as ds
+        E = _expressions()
 
         if (consumer_group_member is None) != (consumer_group_size is None):
             raise ValueError("consumer group member and size go together")
@@ -181,7 +201,7 @@ class MessageStore:
             )
         if "-" in category:
             raise ValueError(f"{category!r} is a stream name, not a category")
-        table = self._table(category, ds.field("global_position") >= position)
+        table = self._table(category, E.GreaterThanOrEqual("global_position", position))
         if table is None:
             return []
         table = table.sort_by("global_position")
@@ -207,11 +227,11 @@ class MessageStore:
 
     def last(self, stream_name: str, type: str | None = None) -> Message | None:
         """The stream's last message (of ``type``, when given)."""
-        import pyarrow.dataset as ds
+        E = _expressions()
 
-        where = ds.field("stream_name") == stream_name
+        where: Any = E.EqualTo("stream_name", stream_name)
         if type is not None:
-            where = where & (ds.field("type") == type)
+            where = E.And(where, E.EqualTo("type", type))
         table = self._table(category_of(stream_name), where)
         if table is None or table.num_rows == 0:
             return None
@@ -221,9 +241,10 @@ class MessageStore:
     def version(self, stream_name: str) -> int | None:
         """The position of the stream's last message (``None``: no stream)."""
         import pyarrow.compute as pc
-        import pyarrow.dataset as ds
 
-        table = self._table(category_of(stream_name), ds.field("stream_name") == stream_name)
+        E = _expressions()
+
+        table = self._table(category_of(stream_name), E.EqualTo("stream_name", stream_name))
         if table is None or table.num_rows == 0:
             return None
         return int(pc.max(table["position"]).as_py())

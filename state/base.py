@@ -75,6 +75,23 @@ class PartitionStore(Protocol):
         """Apply ``changes`` in order (one step's writes: one call)."""
         ...
 
+    def place(self, partition: int) -> object:
+        """Where the partition's writes stand now: :meth:`write_placed` may
+        put writes there later, as if they had been made now."""
+        ...
+
+    def write_placed(
+        self, partition: int, placed: Sequence[tuple[object, Sequence[Change]]]
+    ) -> None:
+        """Apply each ``changes`` at its place (from :meth:`place`; at one
+        place, in the order placed) among the writes not taken for the
+        changelog yet: a crash keeps a prefix of the changelog with them
+        where they were placed. A place whose writes were taken already
+        stands for the start of the current ones. (The caller's part: no
+        write made after the place touches the keys placed, or the
+        changelog and reads would not agree on which write is last.)"""
+        ...
+
     def sync(self) -> None:
         """Write what waits in memory to the local state, and forget what is
         known about it (Faust may recover or close it next: a rebalance)."""

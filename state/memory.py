@@ -48,6 +48,15 @@ class MemoryStore:
             else:
                 self.put(partition, key, value)
 
+    def place(self, partition: int) -> object:
+        return None  # (no changelog: a write's place changes nothing)
+
+    def write_placed(
+        self, partition: int, placed: Sequence[tuple[object, Sequence[Change]]]
+    ) -> None:
+        for _, changes in placed:
+            self.write(partition, changes)
+
     def seek(self, partition: int, start: bytes, prefix: bytes) -> tuple[bytes, bytes] | None:
         keys = self._keys[partition]
         i = bisect.bisect_left(keys, start)

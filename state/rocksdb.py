@@ -46,6 +46,7 @@ import itertools
 import logging
 import struct
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from operator import itemgetter
 from typing import Any
 
 from seqkeeper.state.base import Change, ChangelogSink, LocalTable, Record
@@ -157,17 +158,42 @@ class Writes:
     """A partition's changelog records until an outbox cycle takes them, as
     two columns: lists of bytes add nothing for the garbage collector to
     examine, where a list of ``(key, value, headers)`` tuples would keep a
-    tracked tuple per write until the cycle takes it."""
+    tracked tuple per write until the cycle takes it. ``placed``: writes
+    that stand before the record at an index (:meth:`FaustRocksStore.write_placed`),
+    merged into the columns once, when the records are read."""
 
-    __slots__ = ("keys", "values")
+    __slots__ = ("keys", "values", "placed")
 
     def __init__(self) -> None:
         self.keys: list[bytes] = []
         self.values: list[bytes | None] = []
+        self.placed: list[tuple[int, Sequence[Change]]] | None = None
 
     def records(self) -> Iterator[Record]:
         """The records in write order (no headers)."""
+        if self.placed is not None:
+            self._merge()
         return zip(self.keys, self.values, itertools.repeat(()))
+
+    def _merge(self) -> None:
+        """The placed writes into the columns (by index, those at one index
+        in the order they were placed), by slices: no Python step per record."""
+        placed, self.placed = self.placed or [], None
+        placed.sort(key=itemgetter(0))  # (stable)
+        old_keys, old_values = self.keys, self.values
+        keys: list[bytes] = []
+        values: list[bytes | None] = []
+        start = 0
+        for index, changes in placed:
+            keys += old_keys[start:index]
+            values += old_values[start:index]
+            start = index
+            for key, value, _ in changes:
+                keys.append(key)
+                values.append(value)
+        keys += old_keys[start:]
+        values += old_values[start:]
+        self.keys, self.values = keys, values
 
 
 class Cycle(dict[int, Writes]):
@@ -524,6 +550,47 @@ class FaustRocksStore:
                 local[key] = value
             else:
                 fresh[key] = value
+
+    def place(self, partition: int) -> object:
+        """See :meth:`state.base.PartitionStore.place`: the current cycle's
+        records of the partition (if any) and how many there are."""
+        queue = self._queued.get(partition)
+        return (queue, 0 if queue is None else len(queue.keys))
+
+    def write_placed(
+        self, partition: int, placed: Sequence[tuple[object, Sequence[Change]]]
+    ) -> None:
+        """See :meth:`state.base.PartitionStore.write_placed`."""
+        if not placed:
+            return
+        if self._marked and partition in self._marked:
+            self._unmark(partition)
+        current = self._queued.get(partition)
+        if current is None:
+            current = self._queued[partition] = Writes()
+        if current.placed is None:
+            current.placed = []
+        at = current.placed
+        queue: Writes | None
+        index: int
+        for place, changes in placed:
+            queue, index = place  # type: ignore[misc]
+            # (the place's writes were taken already, or there were none
+            # then: all of the current ones come after it)
+            at.append((index if queue is current else 0, changes))
+        local = self._local.get(partition)
+        if local is None:
+            local = self._local[partition] = {}
+        family = self._family
+        fresh = self._fresh.get(partition)
+        if fresh is None and family >= 0:
+            fresh = self._fresh[partition] = {}
+        for _, changes in placed:
+            for key, value, _ in changes:
+                if fresh is None or key[0] != family:
+                    local[key] = value
+                else:
+                    fresh[key] = value
 
     def seek(self, partition: int, start: bytes, prefix: bytes) -> tuple[bytes, bytes] | None:
         return next(self.items(partition, prefix, start), None)

@@ -221,12 +221,15 @@ def test_the_roles_grants(monkeypatch) -> None:
                 "events.deduped",
                 "events.dlq",
                 late,
+                "events.processed",
                 "shop.commands",
                 "commands.events",
                 "commands.dlq",
             ),
         )
     ]
+    replies = role_grants(s, "compactor", reply_topics=["shop.replies", "other"])
+    assert replies[0].names[-1:] == ("shop.replies",)  # (only those the worker may write)
     assert shape["replayer"] == [(("Write",), ("again",)), (("Create",), ("again",))]
     assert shape["client"] == [
         (("Write",), ("shop.commands",)),

@@ -124,7 +124,7 @@ class CommandMetrics:
         self.retries = Counter("seqkeeper_command_retries", "Handler retries", registry=r)
         self.redispatched = Counter(
             "seqkeeper_redispatched",
-            "Messages dispatched again (duplicate before the mark, or a sweep)",
+            "Messages dispatched again (a copy's, or a sweep's)",
             registry=r,
         )
         self.dead_lettered = Counter(
@@ -154,6 +154,10 @@ class CommandTopology(OutboxOwner):
         if settings.commands.command_auth == "jwt":
             self.keys = keys or token_keys(settings)
         self.token_policy = settings.commands.token_policy()
+        #: exactly_once: a decision's messages commit in one transaction with
+        #: the entity that holds them (the runtime's E2-E4), so a copy of a
+        #: command dispatches nothing again (:func:`decide`'s ``transactional``)
+        self.transactional = settings.runtime.processing_guarantee == "exactly_once"
         self.store = store
         self.registry = registry
         self.retry = RetryPolicy(
@@ -271,7 +275,16 @@ class CommandTopology(OutboxOwner):
         origin = (self.settings.commands.command_topic, partition, offset, millis)
         if self.awaited(command, entity, receipt, now, False):
             return self.attempt(partition, command, now, False, origin, self.epoch)
-        decision = decide(self.registry, entity, receipt, command, now, self.retry, origin=origin)
+        decision = decide(
+            self.registry,
+            entity,
+            receipt,
+            command,
+            now,
+            self.retry,
+            origin=origin,
+            transactional=self.transactional,
+        )
         self.apply(partition, command.entity, decision, entity, receipt)
         return None
 
@@ -365,7 +378,16 @@ class CommandTopology(OutboxOwner):
             ran = (handler, entity.version)
             outcome = await self.run(handler, entity.state, command, (partition, command.entity))
         decision = decide(
-            self.registry, entity, receipt, command, at, self.retry, retrying, origin, outcome
+            self.registry,
+            entity,
+            receipt,
+            command,
+            at,
+            self.retry,
+            retrying,
+            origin,
+            outcome,
+            transactional=self.transactional,
         )
         self.apply(partition, command.entity, decision, entity, receipt)
 
@@ -488,6 +510,7 @@ class CommandTopology(OutboxOwner):
             self.retry,
             retrying=True,
             origin=receipt.origin,
+            transactional=self.transactional,
         )
         self.apply(partition, command.entity, decision, entity, receipt)
         return None

@@ -431,6 +431,8 @@ class OrderedTopology(OutboxOwner):
     def on_stop(self) -> None:
         """A clean stop: the confirmations still in memory are written."""
         self.stores.settle()
+        if self.stage is not None:
+            self.stage.write_queued()
 
     def settle(self) -> None:
         self.stores.settle()
@@ -456,6 +458,7 @@ class OrderedTopology(OutboxOwner):
         self.arrived = 0
         if self.stage is not None:
             self.stage.publish()
+            self.stage.write_queued()  # (before the runtime takes the store's writes)
         self.metrics.buffered.set(self.total_buffered)
         if batch:  # an empty one is never confirmed
             self.in_flight[id(batch)] = batch

@@ -15,9 +15,16 @@ processed, whatever the replayed input says.
 
 Where the Resequencer's step and the processor meet:
 
-* Released items are queued (``Q``, before the Resequencer's writes, so a
-  released message is never without its processing, or its queue entry),
-  and :meth:`ProcessorStage.drain` runs them: the runtime awaits it before
+* Released items are queued, and their entries (``Q``) belong before the
+  Resequencer's writes that released them, so that a released message is
+  never without its processing or its queue entry. They are *placed* there
+  (:meth:`state.base.PartitionStore.write_placed`), not written at once:
+  an item whose result comes before the cycle is taken has its result's
+  writes placed there instead, and its entry is never written nor deleted;
+  the entries of the items still without a result are placed when the
+  cycle is taken (:meth:`ProcessorStage.write_queued`). Either way a crash
+  keeps a prefix of the changelog in which the item's entry or result
+  stands before its release. :meth:`ProcessorStage.drain` runs the queue: the runtime awaits it before
   the next fetch. An async ``fn`` is awaited; a sync one runs in a worker
   thread (:mod:`.user_calls`: one hop per round of calls, so that the
   consumer's heartbeats go on while it blocks). Each result is written in
@@ -121,6 +128,12 @@ class ProcessorStage:
         self.offset_of = offset_of
         self.clock = clock
         self.queues: dict[Slot, collections.deque[Emission]] = {}
+        #: queued items whose entries (``Q``) are not written yet, with the
+        #: place in the store's writes where they belong
+        self.unwritten: dict[tuple[int, str, int], tuple[object, Emission]] = {}
+        #: keys with a result appended (not placed) since the last take:
+        #: their later results are appended too
+        self.appended: set[Slot] = set()
         self.attempts: dict[Slot, int] = {}
         self.waiting: set[Slot] = set()  # a retry is armed, not yet due
         self.retries = Deadlines()
@@ -157,20 +170,43 @@ class ProcessorStage:
             self.runnable.add(slot)
 
     def enqueue(self, slot: Slot, items: Iterable[Emission]) -> None:
+        """Queue ``items``; their entries are placed here, before the
+        Resequencer's writes that released them, and written there only if
+        a cycle is taken before their results (:meth:`write_queued`)."""
         partition, key = slot
-        queue = self.queues.setdefault(slot, collections.deque())
-        changes: list[Change] = []
+        queue = self.queues.get(slot)
+        if queue is None:
+            queue = self.queues[slot] = collections.deque()
+        place = self.store.place(partition)
+        unwritten = self.unwritten
         for item in items:
             queue.append(item)
-            changes.append(
-                (
-                    codecs.queued_key(key, first_seq(item)),
-                    codecs.encode_queued(item, packed=True),
-                    (),
-                )
-            )
-        if changes:
-            self.store.write(partition, changes)
+            unwritten[(partition, key, first_seq(item))] = (place, item)
+
+    def write_queued(self) -> None:
+        """Before a cycle is taken (and before a revocation or a clean
+        stop): write the entries of the queued items that have no result
+        yet, each at its place. An item whose result came first never has
+        its entry written, nor deleted: its release and its result are in
+        the same cycle."""
+        if not self.unwritten:
+            self.appended.clear()
+            return
+        by_partition: dict[int, list[tuple[object, Sequence[Change]]]] = {}
+        for (partition, key, seq), (place, item) in self.unwritten.items():
+            change = (codecs.queued_key(key, seq), codecs.encode_queued(item, packed=True), ())
+            by_partition.setdefault(partition, []).append((place, (change,)))
+        self.unwritten = {}
+        self.appended.clear()
+        for partition, placed in by_partition.items():
+            self.store.write_placed(partition, placed)
+
+    def dequeued(self, partition: int, key: str, seq: int) -> list[Change]:
+        """The write that deletes a queued item's entry (none if it was
+        never written)."""
+        if self.unwritten.pop((partition, key, seq), None) is not None:
+            return []
+        return [(codecs.queued_key(key, seq), None, ())]
 
     def load(self, partition: int, key: str) -> tuple[int, bytes | None]:
         """The key's record: its cursor and ``fn``'s state as stored (as
@@ -272,9 +308,25 @@ class ProcessorStage:
             changes.append((codecs.outputs_key(key, seq), codecs.encode_outs(records), ()))
         cursor = max(cursor, last_seq(item))
         changes.append((codecs.processed_key(key), codecs.encode_processed(cursor, state), ()))
-        if queued:
-            changes.append((codecs.queued_key(key, seq), None, ()))
-        self.store.write(partition, changes)
+        entry = self.unwritten.pop((partition, key, seq), None) if queued else None
+        if entry is not None and slot not in self.appended:
+            # The item's entry was never written: its result stands where
+            # the entry would, before the Resequencer's writes that released
+            # it, and a crash keeps both, or the result alone (the item is
+            # released again, and found processed), or neither.
+            self.store.write_placed(partition, ((entry[0], changes),))
+        else:
+            if entry is not None:  # (a result of the key's was appended after the place)
+                queued_change = (
+                    codecs.queued_key(key, seq),
+                    codecs.encode_queued(item, packed=True),
+                    (),
+                )
+                self.store.write_placed(partition, ((entry[0], (queued_change,)),))
+            if queued:
+                changes.append((codecs.queued_key(key, seq), None, ()))
+            self.store.write(partition, changes)
+            self.appended.add(slot)
         for role, kbytes, value, headers in records:
             self.emit(partition, role, kbytes, value, headers)
         if records:
@@ -319,9 +371,7 @@ class ProcessorStage:
                 item = queue[0]
                 record = self.load(partition, key)
                 if is_done(item, record[0]):  # processed before a crash cut its deletion
-                    self.store.write(
-                        partition, [(codecs.queued_key(key, first_seq(item)), None, ())]
-                    )
+                    self.store.write(partition, self.dequeued(partition, key, first_seq(item)))
                     queue.popleft()
                     continue
                 message = message_of(key, item, self.decode)
@@ -357,10 +407,11 @@ class ProcessorStage:
         ran: list[Slot] = []
         calls: list[Callable[[], tuple[bool, Any]]] = []
         items: list[tuple[Emission, Message, tuple[int, bytes | None]]] = []
+        waiting, stuck = self.waiting, self.calls.stuck
         for slot in slots:
-            if slot in self.waiting:
+            if slot in waiting:
                 continue
-            if self.calls.blocked(slot):
+            if stuck and slot in stuck:  # (UserCalls.blocked)
                 self.held.add(slot)
                 continue
             found = self.head(slot)
@@ -396,8 +447,12 @@ class ProcessorStage:
             if partition not in self.owned:
                 continue
             if self.settle(partition, key, item, message, record, ok, result, True, wall):
-                self.queues[slot].popleft()
-                more.append(slot)
+                queue = self.queues[slot]
+                queue.popleft()
+                if queue:
+                    more.append(slot)
+                else:  # (an item released meanwhile makes the key runnable again)
+                    del self.queues[slot]
         return more
 
     def head(self, slot: Slot) -> tuple[Emission, tuple[int, bytes | None]] | None:
@@ -410,7 +465,7 @@ class ProcessorStage:
             record = self.load(partition, key)
             if not is_done(item, record[0]):
                 return item, record
-            self.store.write(partition, [(codecs.queued_key(key, first_seq(item)), None, ())])
+            self.store.write(partition, self.dequeued(partition, key, first_seq(item)))
             queue.popleft()
         self.queues.pop(slot, None)
         return None
@@ -432,6 +487,7 @@ class ProcessorStage:
         return self.pending()
 
     def on_revoked(self) -> None:
+        self.write_queued()  # (the queue is rebuilt from the store at the next assignment)
         self.epoch += 1  # a drain under way stops at its next await
         self.key_records.clear()
         self.held.clear()
@@ -439,6 +495,7 @@ class ProcessorStage:
     def on_assigned(self, partitions: set[int]) -> int:
         """Rebuild the queues from ``Q``; produce again the stored outputs
         (``O``) not confirmed. How many outputs are produced again."""
+        self.write_queued()
         self.epoch += 1
         self.owned = set(partitions)
         self.key_records.clear()

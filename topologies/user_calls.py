@@ -42,36 +42,34 @@ RUNNING_BATCHES = 2
 
 
 class _Progress:
-    """Shared by the loop and the batch's thread (under ``lock``): the
-    outcomes so far, whether the call after them has started and when,
-    and whether the loop gave up on the batch."""
+    """Shared by the loop and the batch's thread: the outcomes so far, the
+    index of the call started last and when (set under ``lock``), and
+    whether the loop gave up on the batch (set under ``lock``). The call
+    at ``index`` runs while ``len(outcomes) == index``."""
 
-    __slots__ = ("lock", "outcomes", "running", "started", "given_up")
+    __slots__ = ("lock", "outcomes", "index", "started", "given_up")
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.outcomes: list[Any] = []
-        self.running = False
+        self.index = -1
         self.started = time.monotonic()
         self.given_up = False
 
 
 def _run(calls: Sequence[Callable[[], Any]], progress: _Progress) -> None:
-    """The thread's part: each call in order until the loop gives up."""
-    lock, outcomes = progress.lock, progress.outcomes
-    for call in calls:
+    """The thread's part: each call in order until the loop gives up. An
+    outcome is appended without the lock (one atomic append): the loop,
+    which gives up under it, keeps only the outcomes it counted then, so
+    one that comes after is dropped."""
+    lock, outcomes, monotonic = progress.lock, progress.outcomes, time.monotonic
+    for index, call in enumerate(calls):
         with lock:
             if progress.given_up:
                 return
-            progress.running = True
-            progress.started = time.monotonic()
-        outcome = call()  # (never raises: the caller wraps the user's function)
-        with lock:
-            progress.running = False
-            progress.started = time.monotonic()  # (the loop's next wait starts here)
-            if progress.given_up:
-                return  # the loop took this one for stuck: dropped
-            outcomes.append(outcome)
+            progress.index = index
+            progress.started = monotonic()
+        outcomes.append(call())  # (never raises: the caller wraps the user's function)
 
 
 class _Threads:
@@ -167,18 +165,20 @@ class UserCalls:
                     future.result()  # (a failure of seqkeeper's own is raised)
                     return progress.outcomes, None
                 with progress.lock:
-                    if not progress.running or time.monotonic() < progress.started + limit:
+                    done_count = len(progress.outcomes)
+                    if done_count != progress.index or time.monotonic() < progress.started + limit:
                         continue  # between two calls, or a new one started meanwhile
                     progress.given_up = True
-                    outcomes = list(progress.outcomes)
+                    outcomes = progress.outcomes[:done_count]
                 slot = slots[len(outcomes)]
                 self._stuck(slot, future)
                 return outcomes, slot
         except asyncio.CancelledError:  # (a stop): the thread stops after its call
             with progress.lock:
                 progress.given_up = True
-                if progress.running:
-                    self._stuck(slots[len(progress.outcomes)], future)
+                done_count = len(progress.outcomes)
+                if done_count == progress.index:
+                    self._stuck(slots[done_count], future)
             raise
 
     def _stuck(self, slot: Hashable, future: asyncio.Future[None]) -> None:

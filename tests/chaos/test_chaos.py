@@ -265,10 +265,11 @@ QUICK = dataclasses.replace(SHORT, cycle=10.0)
 
 
 @pytest.mark.integration
-@pytest.mark.timeout(1200)  # (twelve scenarios on Apache Kafka, under a minute each)
+@pytest.mark.timeout(1200)  # (thirteen scenario runs on Apache Kafka, under a minute each)
 def test_every_scenario_passes_short(broker, tmp_path, make_settings) -> None:
     runner = Chaos(make_settings(session_timeout=6.0), tmp_path, QUICK, local=broker.local, seed=3)
-    outcomes = {o.scenario: o for o in runner.run(list(SCENARIOS))}
+    ran = runner.run(list(SCENARIOS))
+    outcomes = {o.scenario: o for o in ran}  # (under exactly_once where it ran under both)
     for o in outcomes.values():
         assert o.ok, (o.scenario, o.notes)
     for title in (TITLES["kill"], TITLES["kill-static"]):
@@ -290,6 +291,9 @@ def test_every_scenario_passes_short(broker, tmp_path, make_settings) -> None:
         assert runner.transactions is False and zombie.skipped, zombie
         return
     assert runner.transactions is True and not zombie.skipped
+    # the command worker under exactly_once: no event or reply seen twice
+    commands = [(o.guarantee, o.reemitted) for o in ran if o.key == "commands"]
+    assert commands[0][0] == "at_least_once" and commands[1] == ("exactly_once", 0), commands
     assert zombie.faults == 1 and zombie.lost == 0 and zombie.reemitted == 0 and zombie.recovery
     (scenario,) = tmp_path.glob("zombie-eos-*")
     logs = {p.name: p.read_text() for p in scenario.rglob("worker-*.log")}

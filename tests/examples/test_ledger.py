@@ -49,7 +49,7 @@ def expected_outputs() -> list[dict[str, Any]]:
             cause = f"seqkeeper.gap:{account}:{seq}-{seq}" if kind == "PostingsMissing" else None
             cause = cause or f"{account}:{seq}"
             docs.append(
-                {"messageId": f"{cause}:1", "causationId": cause, "key": account, "seq": seq,
+                {"messageId": f"{len(account)}:{account}/{cause}:1", "causationId": cause, "key": account, "seq": seq,
                  "type": kind, "data": data}
             )  # fmt: skip
     return docs

@@ -47,7 +47,7 @@ def test_the_readme_processor_keeps_a_total_and_reports_gaps() -> None:
     assert (state, outputs) == ({"total": 3}, [{"total": 3}])
     # what it returns can be stored and produced
     _, records = results(gap, fn({"total": 5}, gap))
-    assert orjson.loads(records[0][2])["messageId"] == "seqkeeper.gap:k:2-3:1"
+    assert orjson.loads(records[0][2])["messageId"] == "1:k/seqkeeper.gap:k:2-3:1"
 
 
 def test_the_readme_handler_withdraws_or_refuses() -> None:

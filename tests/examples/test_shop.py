@@ -74,12 +74,15 @@ REPLIES = {
     "order-4:place": (False, "quantity must be a positive integer", {"quantity": 0}, 0),
 }
 
-#: Per event messageId (``<command messageId>:<n>``): its type and data.
+#: Per event messageId (``4:shop/<command messageId>:<n>``, tenant shop):
+#: its type and data.
 EVENTS = {
-    "order-1:place:1": ("OrderPlaced", placed("order-1:place", 2)),
-    "order-1:cancel:1": ("OrderCancelled", {"chargeId": charge_id("order-1:place"), "amount": 30}),
-    "order-3:place:1": ("OrderPlaced", placed("order-3:place", 3)),
-}
+    "4:shop/order-1:place:1": ("OrderPlaced", placed("order-1:place", 2)),
+    "4:shop/order-1:cancel:1": (
+        "OrderCancelled", {"chargeId": charge_id("order-1:place"), "amount": 30}
+    ),
+    "4:shop/order-3:place:1": ("OrderPlaced", placed("order-3:place", 3)),
+}  # fmt: skip
 
 
 def records(reply_to: str, seed: int = 3) -> list[tuple[bytes, bytes]]:
@@ -152,8 +155,8 @@ def test_the_shop_answers_each_command_once(
         assert worker.stop() == 0
     assert dead == []
     answered = once_each(replies)
-    assert {mid.removesuffix(":reply"): reply for mid, reply in answered.items()} == {
-        mid: {"messageId": f"{mid}:reply", "correlationId": f"corr-{mid}", "causationId": mid,
+    assert {reply["causationId"]: reply for reply in answered.values()} == {
+        mid: {"messageId": f"4:shop/{mid}:reply", "correlationId": f"corr-{mid}", "causationId": mid,
               "success": ok, "message": message, "data": data, "version": version}
         for mid, (ok, message, data, version) in REPLIES.items()
     }  # fmt: skip

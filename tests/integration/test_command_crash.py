@@ -72,8 +72,8 @@ def test_a_command_cut_between_entity_and_receipt_is_applied_once(
     kept = writes[: keys.index(b"e") + 1]
     stored = decode_entity(kept[-1][2]).pending("m1")
     assert stored is not None
-    stored_reply = next(m.value for m in stored if m.message_id == "m1:reply")
-    stored_event = next(m.value for m in stored if m.message_id == "m1:1")
+    stored_reply = next(m.value for m in stored if m.message_id == "2:t1/m1:reply")
+    stored_event = next(m.value for m in stored if m.message_id == "2:t1/m1:1")
 
     async def produce(records: list[tuple[str, bytes, bytes | None]]) -> None:
         producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all")

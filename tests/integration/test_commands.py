@@ -149,19 +149,21 @@ def test_tenants_and_receipts_of_the_old_layout(make_settings, names, tmp_path) 
     worker = WorkerProcess(settings, tmp_path / "worker.log").start()
     try:
         deadline = time.monotonic() + 150
-        while len(got := asyncio.run(read_topic(bootstrap, replies))) < 3:
+        while len(got := asyncio.run(read_topic(bootstrap, replies))) < 2:
             worker.check_alive()
             assert time.monotonic() < deadline, worker.log()[-3000:]
             time.sleep(0.5)
-        time.sleep(1.0)  # a fourth reply would be a bug: give one time to show
+        time.sleep(1.5)  # a fourth reply would be a bug: give one time to show
         got = asyncio.run(read_topic(bootstrap, replies))
         events = asyncio.run(read_topic(bootstrap, settings.commands.events_topic))
     finally:
         assert worker.stop() == 0
     bodies = [orjson.loads(r.value) for r in got]
     assert got[0].value == stored.value  # t1's copy: its stored reply again
-    assert [b["data"]["available"] for b in bodies[1:]] == [5, 5]  # t2's, then its copy's
-    assert got[1].value == got[2].value
+    # t2's, then its copy's (under exactly_once none when the copy was read
+    # in the transaction that carries t2's reply: that one answers it)
+    assert [b["data"]["available"] for b in bodies[1:]] in ([5], [5, 5])
+    assert len({r.value for r in got[1:]}) == 1
     (event,) = {r.value for r in events}  # t2's (a copy before the confirm: again, identical)
     assert orjson.loads(event)["tenantId"] == "t2"
     table = asyncio.run(load(settings))

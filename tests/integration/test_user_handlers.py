@@ -21,6 +21,7 @@ import orjson
 import pytest
 
 from seqkeeper.demo import publish
+from seqkeeper.processors.envelope import output_id
 from seqkeeper.topics import create_topics, read_topic
 from seqkeeper.worker import WorkerProcess
 from tests.user.project import write_project
@@ -128,13 +129,13 @@ def test_a_user_project_s_handlers_survive_kill_9(make_settings, names, tmp_path
     finally:
         assert second.stop() == 0
     assert dead == []
-    assert set(answered) == {f"{d['messageId']}:reply" for d in docs}
+    mids = {output_id(d["tenantId"], d["messageId"], "reply"): d["messageId"] for d in docs}
+    assert set(answered) == set(mids)
     # identical bytes for every output, however often it was sent again
     assert all(len(copies) == 1 for copies in answered.values()), "a reply changed"
     assert all(len(copies) == 1 for copies in events.values()), "an event changed"
     outcome = {
-        mid.removesuffix(":reply"): orjson.loads(next(iter(copies)))["success"]
-        for mid, copies in answered.items()
+        mids[mid]: orjson.loads(next(iter(copies)))["success"] for mid, copies in answered.items()
     }
     expected, balances = expected_replies(records)
     assert outcome == expected
@@ -144,6 +145,8 @@ def test_a_user_project_s_handlers_survive_kill_9(make_settings, names, tmp_path
         "data": {"balance": balances["acct-0"]},
     }
     # one event per successful command, from the user's handlers
-    assert {mid.rsplit(":", 1)[0] for mid in events} == {m for m, ok in outcome.items() if ok}
+    assert {orjson.loads(next(iter(c)))["causationId"] for c in events.values()} == {
+        m for m, ok in outcome.items() if ok
+    }
     types = {orjson.loads(next(iter(c)))["type"] for c in events.values()}
     assert types <= {"Deposited", "Withdrawn"} and "Deposited" in types

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import contextlib
-from collections import defaultdict
+from collections import Counter, defaultdict
 from typing import Any
 
 import orjson
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from seqkeeper.processors import inventory
@@ -26,10 +26,9 @@ from seqkeeper.processors.command import (
     mark_dispatched,
     parse_command,
     receipt_id,
-    scoped,
     unscoped,
 )
-from seqkeeper.processors.envelope import InvalidMessage
+from seqkeeper.processors.envelope import InvalidMessage, output_id
 
 
 def envelope(mid: str, ctype: str, sku: str, payload: Any, **extra: Any) -> bytes:
@@ -54,7 +53,7 @@ def command(mid: str, ctype: str, sku: str, payload: Any, **extra: Any) -> Comma
 class Shell:
     """Applies decisions like the worker does, in memory: entities by entity
     key, receipts by receipt id, dispatched messages by their messageId
-    within the command's tenant."""
+    (which names the command's tenant)."""
 
     def __init__(self, registry: Registry = inventory.registry) -> None:
         self.registry = registry
@@ -64,7 +63,9 @@ class Shell:
         self.dead: list[tuple[str, str, str]] = []
         self.applied: list[str] = []
 
-    def offer(self, cmd: Command, now: float, retrying: bool = False) -> None:
+    def offer(
+        self, cmd: Command, now: float, retrying: bool = False, transactional: bool = False
+    ) -> None:
         d = decide(
             self.registry,
             self.entities[cmd.entity],
@@ -73,13 +74,14 @@ class Shell:
             now,
             RetryPolicy(attempts=3),
             retrying,
+            transactional=transactional,
         )
         if d.entity is not None:
             self.entities[cmd.entity] = d.entity
         if d.receipt is not None:
             self.receipts[cmd.receipt_id] = d.receipt
         for out in d.dispatch:
-            self.dispatched[scoped(cmd.tenant_id, out.message_id)].append(out.value)
+            self.dispatched[out.message_id].append(out.value)
         if d.dead_letter:
             self.dead.append(d.dead_letter)
         if d.applied:
@@ -88,8 +90,10 @@ class Shell:
     def receipt(self, mid: str, tenant: str = "t1") -> Receipt:
         return self.receipts[receipt_id(tenant, mid)]
 
-    def sent(self, mid: str, tenant: str = "t1") -> list[bytes]:
-        return self.dispatched[scoped(tenant, mid)]
+    def sent(self, name: str, tenant: str = "t1") -> list[bytes]:
+        """What was sent as output ``<messageId>:<suffix>`` of the tenant's command."""
+        mid, _, suffix = name.rpartition(":")
+        return self.dispatched[output_id(tenant, mid, suffix)]
 
     def confirm_all(self, now: float) -> None:
         for key, entity in list(self.entities.items()):
@@ -339,3 +343,93 @@ def test_an_expired_command_of_an_unknown_type_is_still_dead_lettered() -> None:
     shell = Shell()
     shell.offer(command("u", "Teleport", "a", {}, expiresAt=5_000), 10.0)
     assert [d[0] for d in shell.dead] == [CommandReason.UNKNOWN_COMMAND_TYPE]
+
+
+class TransactionalShell(Shell):
+    """The worker under exactly_once, in memory: decisions are made on the
+    state in memory; a commit (a take: every outbox entry confirmed, then
+    one transaction) makes that state, its outputs and the input position
+    durable together; a kill -9 loses everything since the last commit, and
+    the input is read again from the committed position."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.committed: list[tuple[str, bytes]] = []  # (messageId, bytes), as read_committed
+        self.durable: tuple[dict[str, Entity], dict[str, Receipt], int] = ({}, {}, 0)
+        self.position = 0
+
+    def offer(
+        self, cmd: Command, now: float, retrying: bool = False, transactional: bool = True
+    ) -> None:
+        before = {k: list(v) for k, v in self.dispatched.items()}
+        super().offer(cmd, now, retrying, transactional)
+        self.position += 1
+        self.open = getattr(self, "open", [])
+        for mid, values in self.dispatched.items():
+            self.open += [(mid, v) for v in values[len(before.get(mid, [])) :]]
+
+    def commit(self, now: float) -> None:
+        self.confirm_all(now)
+        self.committed += getattr(self, "open", [])
+        self.open = []
+        self.durable = (dict(self.entities), dict(self.receipts), self.position)
+
+    def kill(self) -> None:
+        entities, receipts, self.position = self.durable
+        self.entities = defaultdict(Entity, entities)
+        self.receipts = dict(receipts)
+        self.open = []
+        self.dispatched = defaultdict(list)  # (only self.committed counts from here)
+
+
+@settings(max_examples=200)
+@given(storms(), st.lists(st.sampled_from(["go", "go", "go", "commit", "kill"]), max_size=60))
+def test_under_exactly_once_a_read_committed_consumer_sees_each_event_once(
+    storm: tuple[list[Command], list[Command]], steps: list[str]
+) -> None:
+    """However often each command is delivered, wherever the worker commits
+    and is killed: the committed events hold each messageId once, every
+    command is answered (again only for a copy read after its answer was
+    taken: at most once per delivery), and the state is the reference's."""
+    commands, delivery = storm
+    shell = TransactionalShell()
+    now = 100.0
+    for step in [*steps, *["go"] * len(delivery)]:  # (then the rest of the input)
+        now += 1.0
+        if step == "kill":
+            shell.kill()
+        elif step == "commit":
+            shell.commit(now)
+        elif shell.position < len(delivery):
+            shell.offer(delivery[shell.position], now)
+    assume(shell.position == len(delivery))
+    shell.commit(now + 1.0)
+    ids = [mid for mid, _ in shell.committed if not mid.endswith(":reply")]
+    assert len(ids) == len(set(ids)), sorted(m for m in ids if ids.count(m) > 1)
+    replies = Counter(mid for mid, _ in shell.committed if mid.endswith(":reply"))
+    for c in commands:
+        assert shell.receipts[c.receipt_id].dispatched
+        asked = sum(1 for d in delivery if d.receipt_id == c.receipt_id)
+        assert 1 <= replies[output_id(c.tenant_id, c.message_id, "reply")] <= asked
+    expected = reference(commands, delivery)
+    for key, entity in shell.entities.items():
+        assert entity.outbox == ()
+        state = entity.state or {"available": 0, "reserved": {}}
+        assert state == (expected.get(key) or {"available": 0, "reserved": {}})
+
+
+def test_under_exactly_once_a_copy_sends_only_a_reply_it_asks_for_after_the_answer() -> None:
+    shell = Shell()
+    c = command("add", "AddStock", "a", {"quantity": 1})
+    shell.offer(c, 1.0, transactional=True)
+    shell.offer(c, 2.0, transactional=True)  # before the take: in its transaction already
+    assert len(shell.sent("add:1")) == 1 and len(shell.sent("add:reply")) == 1
+    shell.confirm_all(3.0)
+    shell.offer(c, 4.0, transactional=True)  # after: the stored reply, asked for again
+    assert len(shell.sent("add:reply")) == 2 and len(shell.sent("add:1")) == 1
+    assert shell.applied == [c.receipt_id]
+    del shell.receipts[c.receipt_id]  # (the receipt write cut: repaired, still nothing sent)
+    shell.entities[c.entity] = Entity(1, {"available": 1}, (("add", ()),))
+    shell.offer(c, 5.0, transactional=True)
+    assert shell.receipt("add").status == "COMPLETED" and len(shell.sent("add:1")) == 1
+    assert len(shell.sent("add:reply")) == 2

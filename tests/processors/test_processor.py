@@ -49,7 +49,7 @@ def test_outputs_get_deterministic_ids_and_carry_the_data(state: Any, outs: list
     encoded, records = results(message, (state, outs))
     assert orjson.loads(encoded) == state
     assert [orjson.loads(r[2])["messageId"] for r in records] == [
-        f"m3:{n}" for n in range(1, len(outs) + 1)
+        f"4:acct/m3:{n}" for n in range(1, len(outs) + 1)
     ]
     for (role, key, value, headers), data in zip(records, outs, strict=True):
         doc = orjson.loads(value)

@@ -11,9 +11,9 @@ from typing import Any
 
 import orjson
 
+from seqkeeper.spark_sink import tables
 from seqkeeper.spark_sink.audit import coordinates
 from seqkeeper.spark_sink.crypto import Sealer
-from seqkeeper.spark_sink.snapshots import commit_run
 
 TOPIC = "acct"
 CATEGORY = "acct"
@@ -100,40 +100,67 @@ SNAPSHOT_SCHEMA = (
     "subject string, item string, decoded string"
 )
 
-Writer = Callable[[list[dict[str, Any]], Path, list[str]], None]
+#: Writes rows as Parquet files under a directory (partitioned by the
+#: given columns, kept in the files) and returns the files.
+Writer = Callable[[list[dict[str, Any]], Path, list[str]], list[str]]
 
 
-def write_with_pyarrow(rows: list[dict[str, Any]], path: Path, partition_by: list[str]) -> None:
+def write_with_pyarrow(
+    rows: list[dict[str, Any]], path: Path, partition_by: list[str]
+) -> list[str]:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    if partition_by:  # the partition columns go to the path, as Spark writes them
+    if "category" in partition_by:
         for row in rows:
             row.setdefault("category", CATEGORY)
             row.setdefault("day", date(2024, 1, 1))
-        pq.write_to_dataset(
-            pa.Table.from_pylist(rows),
-            str(path),
-            partition_cols=partition_by,
-            existing_data_behavior="overwrite_or_ignore",
-        )
-    else:
-        path.mkdir(parents=True, exist_ok=True)
-        pq.write_table(pa.Table.from_pylist(rows), path / "part-0.parquet")
+    types = {
+        "position": pa.int64(),
+        "global_position": pa.int64(),
+        "offset": pa.int64(),
+        "partition": pa.int32(),
+        "time": pa.timestamp("us", tz="UTC"),
+        "key": pa.binary(),
+        "value": pa.binary(),
+        "day": pa.date32(),
+    }
+    schema = pa.schema([(name, types.get(name, pa.string())) for name in rows[0]])
+    path.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.Table.from_pylist(rows, schema), path / "part-0.parquet")
+    return [str(path / "part-0.parquet")]
 
 
 def spark_writer(spark: Any) -> Writer:
-    def write(rows: list[dict[str, Any]], path: Path, partition_by: list[str]) -> None:
+    def write(rows: list[dict[str, Any]], path: Path, partition_by: list[str]) -> list[str]:
         from pyspark.sql import functions as F
 
         schema = SNAPSHOT_SCHEMA if "decoded" in rows[0] else AUDIT_SCHEMA
         names = [part.split()[0] for part in schema.split(", ")]
         df = spark.createDataFrame([tuple(r[n] for n in names) for r in rows], schema)
-        if partition_by:
+        if "category" in partition_by:
             df = df.withColumn("category", F.lit(CATEGORY)).withColumn("day", F.to_date("time"))
-        df.coalesce(1).write.mode("overwrite").partitionBy(*partition_by).parquet(str(path))
+        return tables.write_files(df.coalesce(1), str(path), partition_by)
 
     return write
+
+
+def _commit(
+    warehouse: Path,
+    name: str,
+    rows: list[dict[str, Any]],
+    write: Writer,
+    partition_by: list[str],
+    properties: dict[str, str],
+) -> None:
+    import pyarrow.parquet as pq
+
+    directory = (
+        warehouse / "seqkeeper" / name / "data" / f"run-{len(list(warehouse.rglob('run-*')))}"
+    )
+    files = write(rows, directory, partition_by)
+    table, base = tables.table_for(warehouse, name, pq.read_schema(files[0]), partition_by)
+    tables.commit(table, base, files, {}, str(directory), properties)
 
 
 def build(
@@ -145,12 +172,8 @@ def build(
 ) -> None:
     """An audit log of a run per sealer (``per_run`` rows each) and, with
     ``snapshot_sealer``, a snapshot table, all committed."""
-    audit = warehouse / "audit"
-    audit.mkdir(parents=True, exist_ok=True)
     for n, rows in enumerate(audit_rows(audit_sealers, per_run), 1):
-        write(rows, audit / f"run={n}", ["category", "day"])
-        commit_run(audit, {"run": n, "offsets": {}, "global_position": n * per_run})
+        props = {"seqkeeper.global_position": str(n * per_run)}
+        _commit(warehouse, "audit", rows, write, ["category", "day"], props)
     if snapshot_sealer is not None:
-        path = f"snapshots/{SNAPSHOT_TOPIC}/run=1"
-        write(snapshot_rows(snapshot_sealer, 6), warehouse / path, [])
-        commit_run(warehouse, {"run": 1, "offsets": {}, "tables": {SNAPSHOT_TOPIC: path}})
+        _commit(warehouse, "snapshots", snapshot_rows(snapshot_sealer, 6), write, ["topic"], {})

@@ -10,10 +10,12 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import orjson
 import pytest
 
+from seqkeeper.spark_sink import tables
 from seqkeeper.spark_sink.audit import read_audit
 from seqkeeper.spark_sink.job import run_compact
 from seqkeeper.spark_sink.snapshots import latest_run, read_snapshot
@@ -71,13 +73,18 @@ def test_compact_killed_midway_leaves_the_last_run_and_a_rerun_completes(
     proc = subprocess.Popen(
         cmd, env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
-    writing = warehouse / "snapshots" / changelog / "run=2"
+    data = warehouse / "seqkeeper" / "snapshots" / "data"
+    (run_1,) = data.glob("run-*")
+
+    def writing() -> list[Path]:
+        return [p for p in data.glob("run-*") if p != run_1]
+
     deadline = time.monotonic() + 120
-    while not writing.exists() and proc.poll() is None and time.monotonic() < deadline:
+    while not writing() and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.02)
     os.killpg(proc.pid, signal.SIGKILL)  # the CLI and Spark's JVM
     proc.wait()
-    assert writing.exists(), "the job never started writing run 2"
+    (killed,) = writing()  # "the job never started writing run 2" when empty
     # killed before its commit point: run 1 is what readers see, unchanged
     assert latest_run(warehouse)[0] == 1
     assert sorted(read_snapshot(spark, warehouse, changelog).collect()) == before
@@ -85,6 +92,11 @@ def test_compact_killed_midway_leaves_the_last_run_and_a_rerun_completes(
 
     # the next run redoes run 2 and completes it
     assert run_compact(spark, settings, warehouse) == {"snapshots": 2, "audit": 2}
+    # the killed run's files: left while a run that started before them may
+    # still commit, removed by the first run after a later commit
+    assert killed.exists()
+    tables.remove_orphans(tables.load(warehouse, "snapshots"))
+    assert not killed.exists() and len(list(data.glob("run-*"))) == 2
     state = {
         bytes(r.key): bytes(r.value) for r in read_snapshot(spark, warehouse, changelog).collect()
     }

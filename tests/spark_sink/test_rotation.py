@@ -288,6 +288,7 @@ def test_spark_reads_a_resealed_store(spark, tmp_path: Path) -> None:
     """Files Spark wrote (INT96 timestamps, its schema metadata) read the
     same through Spark after the pass."""
     from seqkeeper.spark_sink.audit import read_audit
+    from seqkeeper.spark_sink.snapshots import read_snapshot
 
     warehouse = tmp_path / "w"
     old, new = Sealer(OLD, FIELDS), Sealer(NEW, FIELDS)
@@ -307,5 +308,45 @@ def test_spark_reads_a_resealed_store(spark, tmp_path: Path) -> None:
     keep = ("id", "time", "position", "global_position", "category", "day", "offset")
     assert [[r[c] for c in keep] for r in after] == [[r[c] for c in keep] for r in before]
     assert read_all(warehouse, new) == expected(2, per_run=4)
-    snap = spark.read.parquet(str(warehouse / "snapshots" / small_store.SNAPSHOT_TOPIC / "run=1"))
+    snap = read_snapshot(spark, warehouse, small_store.SNAPSHOT_TOPIC)
     assert snap.count() == 6
+
+
+def test_reseal_moves_the_header_values(tmp_path: Path) -> None:
+    """An audit row's header values are sealed under the row's coordinates
+    and their index; the pass moves them as a fresh compaction would seal them."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from seqkeeper.spark_sink.audit import header_context
+
+    headers = [("trace", b"t1"), ("x-id", b"\xff\x00"), ("none", None)]
+
+    def rows(sealer: Sealer) -> list[dict[str, object]]:
+        return [
+            {
+                "topic": "t",
+                "partition": 0,
+                "offset": o,
+                "headers": [
+                    {"key": k.encode(), "value": sealer.seal_bytes(v, header_context("t", 0, o, i))}
+                    for i, (k, v) in enumerate(headers)
+                ],
+            }
+            for o in range(2)
+        ]
+
+    schema = pa.schema(
+        [
+            ("topic", pa.string()),
+            ("partition", pa.int32()),
+            ("offset", pa.int64()),
+            ("headers", pa.list_(pa.struct([("key", pa.binary()), ("value", pa.binary())]))),
+        ]
+    )
+    path = tmp_path / "part-0.parquet"
+    pq.write_table(pa.Table.from_pylist(rows(Sealer(OLD)), schema=schema), path)
+    report = ResealReport()
+    reseal_file(path, Sealer(NEW, (), (OLD,)), report)
+    assert (report.resealed, report.rewritten, report.left_total) == (4, 1, 0)
+    assert pq.read_table(path).to_pylist() == rows(Sealer(NEW))

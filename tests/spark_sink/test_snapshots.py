@@ -51,10 +51,14 @@ def test_snapshots_are_latest_per_key_incremental_and_atomic(
     expected[b"k3"] = b"again"
     del expected[b"k5"]
     assert rows(spark, warehouse, topic) == expected
-    # a run killed before its commit point: the last complete run is still read
-    (warehouse / "snapshots" / topic / "run=4").mkdir(parents=True)
-    (warehouse / "snapshots" / topic / "run=4" / "part-0.parquet").write_bytes(b"garbage")
+    # a run killed before its commit point: the last complete run is still
+    # read, and the next run removes the files it left
+    orphan = warehouse / "seqkeeper" / "snapshots" / "data" / "run-1000-killed"
+    orphan.mkdir(parents=True)
+    (orphan / "part-0.parquet").write_bytes(b"garbage")
     assert latest_run(warehouse)[0] == 3 and rows(spark, warehouse, topic) == expected
+    assert compact_snapshots(spark, broker.bootstrap, [topic], warehouse) == 4
+    assert not orphan.exists() and rows(spark, warehouse, topic) == expected
 
 
 def state_entries() -> list[tuple[bytes, bytes | None]]:

@@ -13,7 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from seqkeeper.cli import app
-from seqkeeper.spark_sink.audit import compact_audit
+from seqkeeper.spark_sink.audit import compact_audit, read_audit
 from seqkeeper.spark_sink.crypto import KEY_ENV, AuditKeyError, Sealer
 from seqkeeper.spark_sink.replay import Selection, replay
 from seqkeeper.spark_sink.store import MessageStore, cardinal_id, hash_64, member_of
@@ -56,7 +56,7 @@ def test_read_api_mirrors_message_db(spark, broker, names, tmp_path, monkeypatch
     compact_audit(spark, broker.bootstrap, [topic, other], warehouse, sealer)
     category = topic.replace("-", "_")
     rows = sorted(
-        (r.asDict() for r in spark.read.parquet(str(warehouse / "audit" / "run=1")).collect()),
+        (r.asDict() for r in read_audit(spark, warehouse).collect()),
         key=lambda r: r["global_position"],
     )
     rows = [r for r in rows if r["stream_name"].startswith(category + "-")]
@@ -144,3 +144,17 @@ def test_read_api_mirrors_message_db(spark, broker, names, tmp_path, monkeypatch
     assert replayed == sorted(d[2] for d in docs)
     with pytest.raises(AuditKeyError):
         replay(spark, warehouse, Selection(stream=stream), broker.bootstrap, target)
+
+    # time travel: a later run moves the store on, --as-of reads run 1
+    more = [
+        (topic, b"3", orjson.dumps({"messageId": f"n{i}", "type": "T"}), None) for i in range(2)
+    ]
+    asyncio.run(send(broker.bootstrap, more))
+    assert compact_audit(spark, broker.bootstrap, [topic, other], warehouse, sealer) == 2
+    assert MessageStore(warehouse, sealer).version(stream) == len(mine) + 1
+    assert MessageStore(warehouse, sealer, as_of="1").version(stream) == len(mine) - 1
+    args = ["store", "version", stream, "--warehouse", str(warehouse)]
+    out = runner.invoke(app, [*args, "--as-of", "1"])
+    assert out.exit_code == 0 and out.output.strip() == str(len(mine) - 1)
+    out = runner.invoke(app, [*args, "--as-of", "2000-01-01T00:00"])
+    assert out.exit_code == 2 and "no snapshot that early" in out.output

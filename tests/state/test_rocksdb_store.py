@@ -541,3 +541,27 @@ def test_rocksdb_plus_the_changelog_after_its_offset_is_the_committed_state(
         for partition in (0, 1):
             assert dbs[partition].state == dict(model.items(partition))
             assert dbs[partition].offset == len(changelog[partition]) - 1
+
+
+def test_placed_writes_stand_where_they_were_placed_in_the_changelog() -> None:
+    """The ordered processor's queue entries and results (``write_placed``):
+    each at its place in the cycle's records, at one place in the order
+    placed; a place from a cycle taken since stands for the start of the
+    current one; reads see them at once."""
+    with deferred_store() as (store, _):
+        first = store.place(0)  # (no writes yet)
+        store.write(0, [(b"s1", b"a", ())])
+        second = store.place(0)
+        store.write(0, [(b"s2", b"b", ()), (b"s3", b"c", ())])
+        store.write_placed(0, [(second, [(b"q2", b"x", ())])])
+        store.write_placed(0, [(first, [(b"q1", b"y", ())]), (second, [(b"q3", b"z", ())])])
+        assert store.get(0, b"q3") == b"z"
+        taken = store.take_writes()
+        assert [c[0] for c in taken[0].records()] == [b"q1", b"s1", b"q2", b"q3", b"s2", b"s3"]
+        asyncio.run(store.flush(taken))
+        stale = store.place(1)
+        store.write(1, [(b"s4", b"d", ())])
+        cycle(store)
+        store.write(1, [(b"s5", b"e", ())])
+        store.write_placed(1, [(stale, [(b"q4", b"w", ())])])
+        assert [c[0] for c in store.take_writes()[1].records()] == [b"q4", b"s5"]

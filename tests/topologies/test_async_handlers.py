@@ -102,11 +102,11 @@ def test_async_and_sync_handlers_of_one_fetch_apply_in_offset_order() -> None:
     asyncio.run(settle(topology.on_records(0, fetch, 100.0)))
     batch = topology.take()
     assert [(r["messageId"], r["success"], r["version"]) for r in replies(batch)] == [
-        ("f0:reply", True, 1),
-        ("s1:reply", True, 2),
-        ("f2:reply", True, 3),
-        ("s3:reply", True, 4),
-        ("f4:reply", True, 5),
+        ("2:t1/f0:reply", True, 1),
+        ("2:t1/s1:reply", True, 2),
+        ("2:t1/f2:reply", True, 3),
+        ("2:t1/s3:reply", True, 4),
+        ("2:t1/f4:reply", True, 5),
     ]
     assert [e["data"] for e in events(batch)] == [0, 1, 2, 3, 4]
     store = topology.store
@@ -196,7 +196,7 @@ def test_transient_failures_then_success_persist_one_result() -> None:
     asyncio.run(settle(topology.on_tick({}, 120.0)))
     assert runs == [None, None, None]
     batch = topology.take()
-    assert [e["messageId"] for e in events(batch)] == ["x:1"]
+    assert [e["messageId"] for e in events(batch)] == ["2:t1/x:1"]
     assert [(r["success"], r["data"], r["version"]) for r in replies(batch)] == [(True, 5, 1)]
     topology.confirm(batch, now=121.0)
     receipt = topology.store.receipt(0, receipt_id("t1", "x"))
@@ -248,8 +248,8 @@ def test_a_command_applied_during_the_await_is_kept_and_the_handler_runs_again()
         assert (entity.state, entity.version) == (6, 2)
         batch = topology.take()
         assert [(r["messageId"], r["version"]) for r in replies(batch)] == [
-            ("b:reply", 1),
-            ("a:reply", 2),
+            ("2:t1/b:reply", 1),
+            ("2:t1/a:reply", 2),
         ]
         assert [e["type"] for e in events(batch)] == ["Credited", "Doubled"]
 
@@ -294,8 +294,8 @@ def test_a_confirm_during_the_await_is_not_undone() -> None:
         assert [cid for cid, _ in entity.outbox] == ["c"]
         batch = topology.take()
         assert sorted(orjson.loads(v)["messageId"] for _, _, v, _ in batch.records) == [
-            "c:1",
-            "c:reply",
+            "2:t1/c:1",
+            "2:t1/c:reply",
         ]
         topology.confirm(batch, now=101.0)
         assert topology.store.entity(0, ENTITY).outbox == ()

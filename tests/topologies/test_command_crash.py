@@ -13,7 +13,8 @@ part, the next batch taken meanwhile) runs the command worker:
   tested in ``tests/runtime/test_task_exactly_once.py``): a cycle's
   confirmations, changelog writes, outputs and input position become
   visible together or not at all, so a crash drops everything since the
-  last cycle.
+  last cycle; the committed events and dead letters hold each messageId
+  once (a copy of a command sends none of them again).
 
 The input holds every command one to three times, in any order, so copies
 arrive before and after their command's confirmation; at the end one more
@@ -49,6 +50,7 @@ from seqkeeper.processors.command import (
     receipt_id,
     unscoped,
 )
+from seqkeeper.processors.envelope import output_id
 from seqkeeper.runtime.protocol import Batch
 from seqkeeper.settings import Settings
 from seqkeeper.state.commands import CommandStore
@@ -158,10 +160,12 @@ def record(offset: int, command: Sent) -> Record:
 class CommandWorld(World):
     """The world of ``test_crash_consistency`` with the command worker."""
 
+    SETTINGS = CONFIG
+
     def __init__(self, inputs: list[Record]) -> None:
         self.failed: set[str] = set()  # Flaky commands that failed once already
         self.registry = handlers(self.failed)
-        super().__init__(inputs, CONFIG)
+        super().__init__(inputs, self.SETTINGS)
 
     def start(self) -> None:
         topology = CommandTopology(
@@ -224,6 +228,8 @@ class TransactionalWorld(CommandWorld):
     changelog writes, outputs and input position commit together (E3); a
     crash drops whatever the last cycle did not commit."""
 
+    SETTINGS = CONFIG.with_overrides(processing_guarantee="exactly_once")
+
     def cycle(self, delivered: dict[str, int] | None = None) -> None:
         batch = self.topology.take()
         self.topology.confirm(batch)
@@ -269,6 +275,11 @@ def check(world: CommandWorld, sent: list[Sent]) -> None:
             )
         differ = {ident: len(values) for ident, values in copies.items() if len(values) > 1}
         assert not differ, (topic, differ)
+        if isinstance(world, TransactionalWorld) and topic in (EVENTS, DLQ):  # each once
+            ids = [orjson.loads(r.value)["messageId"] for r in out[topic]]
+            if topic == DLQ:  # (a dead letter's value is the command: its id is the command's)
+                ids = [(r.value, r.headers) for r in out[topic]]  # type: ignore[misc]
+            assert len(ids) == len(set(ids)), (topic, sorted(ids))
     events = {
         (orjson.loads(r.value)["tenantId"], orjson.loads(r.value)["messageId"]): r.value
         for r in out[EVENTS]
@@ -291,9 +302,9 @@ def check(world: CommandWorld, sent: list[Sent]) -> None:
         assert entity.version == len(mids) and entity.outbox == ()
         for version, (mid, nonce) in enumerate(entity.state or [], 1):
             tenant = unscoped(entity_id)[0]
-            event = orjson.loads(events[(tenant, f"{mid}:1")])
+            event = orjson.loads(events[(tenant, output_id(tenant, mid, "1"))])
             assert (event["data"], event["version"]) == (nonce, version), (tenant, mid)
-            answer = replies.get((tenant, f"{mid}:reply"))
+            answer = replies.get((tenant, output_id(tenant, mid, "reply")))
             if answer is not None:
                 assert answer["success"] and answer["version"] == version
                 assert [mid, nonce] in answer["data"]
@@ -304,14 +315,14 @@ def check(world: CommandWorld, sent: list[Sent]) -> None:
         assert receipt is not None, (c.tenant, c.mid, c.kind)
         assert (receipt.status, receipt.dispatched) == (status, True), (c.tenant, c.mid, c.kind)
         assert receipt.correlation_id == f"corr-{c.tenant}-{c.mid}"
-        assert ((c.tenant, f"{c.mid}:1") in events) == applied
+        assert ((c.tenant, output_id(c.tenant, c.mid, "1")) in events) == applied
         assert ((c.tenant, c.mid) in dead) == (c.kind == "Nope")
         if c.reply:
-            answer = replies[(c.tenant, f"{c.mid}:reply")]
+            answer = replies[(c.tenant, output_id(c.tenant, c.mid, "reply"))]
             assert answer["success"] == applied
             assert receipt.reply is not None and orjson.loads(receipt.reply.value) == answer
         else:
-            assert (c.tenant, f"{c.mid}:reply") not in replies
+            assert (c.tenant, output_id(c.tenant, c.mid, "reply")) not in replies
 
 
 def run(world: CommandWorld, sent: list[Sent], script: list[tuple]) -> None:  # type: ignore[type-arg]
@@ -330,7 +341,7 @@ def run(world: CommandWorld, sent: list[Sent], script: list[tuple]) -> None:  # 
         for t in TENANTS
         for r in world.outputs[f"{t}.replies"][before[f"{t}.replies"] :]
     ]
-    assert sorted(again) == sorted(f"{c.mid}:reply" for c in sent if c.reply)
+    assert sorted(again) == sorted(output_id(c.tenant, c.mid, "reply") for c in sent if c.reply)
     assert len(world.outputs[EVENTS]) == before[EVENTS]
 
 

@@ -51,4 +51,4 @@ def test_replies_and_events_carry_the_command_s_trace_also_after_a_retry(
     topology.on_assigned({0})
     topology.on_tick({}, 102.0)
     out = {orjson.loads(v)["messageId"]: list(h or []) for _, _, v, h in topology.take().records}
-    assert out == {"m1:1": TRACE, "m1:reply": TRACE}
+    assert out == {"2:t1/m1:1": TRACE, "2:t1/m1:reply": TRACE}

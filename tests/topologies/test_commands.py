@@ -56,7 +56,7 @@ def test_crash_between_persist_and_dispatch_dispatches_the_same_messages() -> No
     first = worker(memory)
     feed(first, cmd("a", "AddStock", {"quantity": 3}))
     lost = sent(first.take())  # persisted, then the worker dies before producing
-    assert set(lost) == {"a:1", "a:reply"}
+    assert set(lost) == {"2:t1/a:1", "2:t1/a:reply"}
     second = worker(memory)  # the assignment sweep finds the undispatched outbox
     batch = second.take()
     assert sent(batch) == lost
@@ -65,7 +65,7 @@ def test_crash_between_persist_and_dispatch_dispatches_the_same_messages() -> No
     assert worker(memory).take().records == []  # nothing left to dispatch
     third = worker(memory)
     feed(third, cmd("a", "AddStock", {"quantity": 3}))  # a late copy: reply only
-    assert set(sent(third.take())) == {"a:reply"}
+    assert set(sent(third.take())) == {"2:t1/a:reply"}
     assert CommandStore(memory).entity(0, "2:t1/sku-1").state == {"available": 3, "reserved": {}}
 
 
@@ -108,7 +108,7 @@ def test_poison_and_transient_failures_keep_the_partition_flowing() -> None:
         b"tenant-mismatch",
     ]
     replies = [orjson.loads(v) for t, _, v, _ in batch.records if t == "replies"]
-    assert [r["messageId"] for r in replies] == ["x:reply", "ok:reply"]
+    assert [r["messageId"] for r in replies] == ["2:t1/x:reply", "2:t1/ok:reply"]
     assert replies[1]["success"] and not replies[0]["success"]
 
 
@@ -171,3 +171,25 @@ def test_old_receipts_are_cleaned_in_batches_and_the_entity_stays_small() -> Non
     assert all(store.receipt(0, rid(f"m{i}")) is None for i in range(n))
     assert all(list(memory.items(0, f)) == [] for f in (b"R", b"C", b"T", b"r", b"c", b"t"))
     assert topology.metrics.registry.get_sample_value("seqkeeper_receipts_forgotten_total") == n
+
+
+def test_under_exactly_once_copies_dispatch_no_event_again() -> None:
+    """The runtime confirms a batch as it takes it and commits the
+    confirmation in the batch's transaction (runtime/task.py, E2): a copy read
+    before the take finds its command still in the outbox and sends nothing
+    (at_least_once sends the stored messages again, test above); a copy
+    after it finds the receipt dispatched and gets the stored reply."""
+    settings = SETTINGS.with_overrides(processing_guarantee="exactly_once")
+    topology = CommandTopology(settings, CommandStore(MemoryStore()), registry)
+    topology.on_assigned({0})
+    add = cmd("a", "AddStock", {"quantity": 3})
+    feed(topology, add, add)  # the copy before the take
+    batch = topology.take()
+    topology.confirm(batch)
+    assert sorted(orjson.loads(v)["messageId"] for _, _, v, _ in batch.records) == [
+        "2:t1/a:1",
+        "2:t1/a:reply",
+    ]
+    feed(topology, add)  # the copy after it
+    assert set(sent(topology.take())) == {"2:t1/a:reply"}
+    assert topology.metrics.duplicates._value.get() == 2

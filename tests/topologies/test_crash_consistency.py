@@ -18,13 +18,16 @@ nothing.
 
 from __future__ import annotations
 
+import bisect
 from collections import defaultdict
+from collections.abc import Sequence
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from seqkeeper.runtime.protocol import Batch
 from seqkeeper.settings import Settings
+from seqkeeper.state.base import Change
 from seqkeeper.state.memory import MemoryStore
 from seqkeeper.state.stores import Stores
 from seqkeeper.topics import Record
@@ -46,14 +49,38 @@ class LoggedStore(MemoryStore):
             else:
                 super().put(partition, key, value)
         self.changelog = changelog
+        self.appended = len(changelog)
+        #: the places of the writes placed (:meth:`write_placed`), in order
+        self.inserted: list[int] = []
 
     def put(self, partition: int, key: bytes, value: bytes) -> None:
         super().put(partition, key, value)
         self.changelog.append((partition, key, value))
+        self.appended += 1
 
     def delete(self, partition: int, key: bytes) -> None:
         super().delete(partition, key)
         self.changelog.append((partition, key, None))
+        self.appended += 1
+
+    def place(self, partition: int) -> object:
+        return self.appended  # (counted without the writes placed since)
+
+    def write_placed(
+        self, partition: int, placed: Sequence[tuple[object, Sequence[Change]]]
+    ) -> None:
+        for place, changes in placed:
+            at = int(place)  # type: ignore[call-overload]
+            before = bisect.bisect_right(self.inserted, at)  # (after those placed there before)
+            self.changelog[at + before : at + before] = [
+                (partition, key, value) for key, value, _ in changes
+            ]
+            self.inserted[before:before] = [at] * len(changes)
+            for key, value, _ in changes:
+                if value is None:
+                    MemoryStore.delete(self, partition, key)
+                else:
+                    MemoryStore.put(self, partition, key, value)
 
 
 def reemitted(topology: OrderedTopology) -> int:

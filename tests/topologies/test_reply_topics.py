@@ -78,7 +78,7 @@ def test_a_stored_reply_goes_where_replies_may_go_now() -> None:
     [letter] = [r for r in swept.records if r[0] == DLQ]
     assert headers(letter)["seqkeeper.reason"] == b"reply-undeliverable"
     assert headers(letter)["seqkeeper.reply-to"] == b"old-answers"
-    assert orjson.loads(letter[2])["messageId"] == "m1:reply"
+    assert orjson.loads(letter[2])["messageId"] == "2:t1/m1:reply"
 
 
 class Store:

@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from seqkeeper.processors.command import Command, Event, Registry, receipt_id
+from seqkeeper.processors.envelope import output_id
 from seqkeeper.processors.inventory import registry
 from seqkeeper.settings import Settings
 from seqkeeper.state.commands import CommandStore
@@ -60,12 +61,15 @@ def test_the_same_message_id_from_two_tenants_is_applied_for_each() -> None:
     first = topology.take()
     sent = [(t, orjson.loads(v)) for t, _, v, _ in first.records]
     events = [(b["tenantId"], b["messageId"], b["data"]) for t, b in sent if t == EVENTS]
-    assert events == [
-        ("t1", "m1:1", {"sku": "sku-1", "quantity": 3}),
-        ("t2", "m1:1", {"sku": "sku-1", "quantity": 5}),
+    assert events == [  # (their ids name the tenant: distinct)
+        ("t1", "2:t1/m1:1", {"sku": "sku-1", "quantity": 3}),
+        ("t2", "2:t2/m1:1", {"sku": "sku-1", "quantity": 5}),
     ]
     replies = [b for t, b in sent if t == "replies"]
-    assert [(r["messageId"], r["success"]) for r in replies] == [("m1:reply", True)] * 2
+    assert [(r["messageId"], r["success"]) for r in replies] == [
+        ("2:t1/m1:reply", True),
+        ("2:t2/m1:reply", True),
+    ]
     assert [r["data"]["available"] for r in replies] == [3, 5]
     store = CommandStore(memory)
     for tenant, available in (("t1", 3), ("t2", 5)):
@@ -164,7 +168,7 @@ def test_each_tenant_and_message_id_is_applied_once(
     store = CommandStore(memory)
     distinct = set(delivery)
     # every command answered; every copy of a reply byte-identical
-    assert set(replies) == {(t, f"{m}:reply") for t, m, _ in distinct}
+    assert set(replies) == {(t, output_id(t, m, "reply")) for t, m, _ in distinct}
     assert all(len(copies) == 1 for copies in replies.values())
     for tenant in ("t1", "t2", "t3"):
         mine = {c for c in distinct if c[0] == tenant}

@@ -238,7 +238,7 @@ def test_ordered_scenarios_run_under_both_guarantees_where_there_are_transaction
         ("failover", EXACTLY_ONCE),
     ]
     assert all(o.ok for o in outcomes)
-    assert set(BOTH_GUARANTEES) == {"kill", "kill-static", "freeze", "failover"}
+    assert set(BOTH_GUARANTEES) == {"kill", "kill-static", "freeze", "failover", "commands"}
     assert runner.guarantee is None  # (only while a scenario runs)
 
 
