@@ -1339,7 +1339,8 @@ class Bench:
 
     # -- Spark --------------------------------------------------------------------------
 
-    def spark(self) -> tuple[Figure, Figure, Figure]:
+    def spark(self) -> tuple[Figure, Figure, Figure, Figure]:
+        from seqkeeper.spark_sink.audit import compact_audit
         from seqkeeper.spark_sink.job import spark_session
         from seqkeeper.spark_sink.kafka_source import read_kafka
         from seqkeeper.spark_sink.snapshots import compact_snapshots
@@ -1350,6 +1351,26 @@ class Bench:
         self.topics([topic])
         records = [(b"k%d" % (i % max(1, n // 4)), b"v" * 100) for i in range(n)]
         asyncio.run(publish(self.bootstrap, topic, records))
+        # The audit's input: ordered events, every tenth one a copy (a
+        # re-emission the audit counts, not a row)
+        events = f"{tag}-events.ordered"
+        self.topics([events])
+        keys = max(1, n // 100)
+        audited = [
+            (
+                b"k%d" % (i % keys),
+                orjson.dumps(
+                    {
+                        "messageId": f"m{i - i % 10 if i % 10 == 9 else i}",
+                        "seq": i // keys + 1,
+                        "type": "Posted",
+                        "data": {"n": i},
+                    }
+                ),
+            )
+            for i in range(n)
+        ]
+        asyncio.run(publish(self.bootstrap, events, audited))
         t0 = time.monotonic()
         asyncio.run(_consume_all(self.bootstrap, topic, n))
         direct = n / (time.monotonic() - t0)
@@ -1366,6 +1387,9 @@ class Bench:
             t0 = time.monotonic()
             compact_snapshots(spark, self.bootstrap, [topic], self.workdir / tag)
             compaction = time.monotonic() - t0
+            t0 = time.monotonic()
+            compact_audit(spark, self.bootstrap, [events], self.workdir / f"{tag}-audit")
+            audit_rate = n / (time.monotonic() - t0)
         finally:
             if ours:
                 spark.stop()
@@ -1385,6 +1409,7 @@ class Bench:
                 "< 60 s",
                 compaction < 60,
             ),
+            Figure(f"audit compaction of {n:,} events, local[2]", audit_rate, "rec/s"),
         )
 
 
@@ -1664,8 +1689,8 @@ def run(bench: Bench, only: set[str] | None = None) -> dict[str, Any]:
 
     def spark() -> None:
         bench.say("Spark")
-        direct, source, compaction = bench.spark()
-        figures.extend([direct, source, compaction])
+        direct, source, compaction, audit = bench.spark()
+        figures.extend([direct, source, compaction, audit])
         ratios.append(
             Figure(
                 "Spark source / aiokafka",
