@@ -112,7 +112,8 @@ def test_follow_keeps_the_store_current_and_a_kill_neither_doubles_nor_loses(
         publish(60, 80)
         time.sleep(1.5)
     finally:
-        os.killpg(proc.pid, signal.SIGKILL)
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)  # the CLI and Spark's JVM
         proc.wait()
     publish(80, 100)
     proc, log = start(2)
