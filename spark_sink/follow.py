@@ -24,6 +24,7 @@ is logged and redone by the next batch from what the other run committed.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import time
@@ -89,6 +90,43 @@ def at_least(ends: Offsets, done: Offsets) -> Offsets:
     }
 
 
+async def oldest_pending(
+    bootstrap: str, ends: Offsets, done: Offsets, isolation: str = "read_committed"
+) -> float | None:
+    """The timestamp (epoch seconds) of the oldest record the store lacks:
+    the first record at or after each lagging partition's committed offset
+    (``None``: none lags, or none came within the fetch)."""
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+
+    from seqkeeper.security import kafka_options
+
+    behind = {
+        TopicPartition(t, int(p)): done.get(t, {}).get(p, 0)
+        for t, parts in ends.items()
+        for p, end in parts.items()
+        if end > done.get(t, {}).get(p, 0)
+    }
+    if not behind:
+        return None
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap,
+        enable_auto_commit=False,
+        isolation_level=isolation,
+        max_poll_records=1,
+        **kafka_options(),
+    )
+    try:
+        await consumer.start()
+        consumer.assign(list(behind))
+        for tp, offset in behind.items():
+            consumer.seek(tp, offset)
+        got = await consumer.getmany(timeout_ms=1000)
+    finally:
+        await consumer.stop()
+    stamps = [m.timestamp for records in got.values() for m in records[:1]]
+    return min(stamps) / 1000 if stamps else None
+
+
 @dataclass(frozen=True)
 class Range(InputPartition):
     topic: str
@@ -151,13 +189,17 @@ class BatchReport:
     rows: int
     lag_records: int
     seconds: float
+    lag_seconds: float | None = None  #: age of the oldest record the store lacks
 
     def text(self) -> str:
         runs = ", ".join(f"{k} run {v}" for k, v in self.runs.items()) or "nothing new"
-        return (
+        text = (
             f"follow batch {self.batch}: {runs}, {self.rows} audit rows in {self.seconds:.1f} s; "
             f"store lag: {self.lag_records} records behind the topics"
         )
+        if self.lag_seconds is not None:
+            text += f", the oldest {self.lag_seconds:.1f} s old"
+        return text
 
 
 def follow(
@@ -209,14 +251,17 @@ def follow(
             except tables.LostCommit as e:
                 log.warning("follow batch %d: %s", batch_id, e)
                 runs = {}
-            now = exact_ends(settings.broker.bootstrap, every, settings.broker.isolation)
+            bootstrap, isolation = settings.broker.bootstrap, settings.broker.isolation
+            now, done = exact_ends(bootstrap, every, isolation), table_offsets(warehouse)
+            oldest = asyncio.run(oldest_pending(bootstrap, now, done, isolation))
             report(
                 BatchReport(
                     batch_id,
                     runs,
                     sum(s.rows for s in summaries),
-                    lag(now, table_offsets(warehouse)),
+                    lag(now, done),
                     time.monotonic() - began,
+                    None if oldest is None else max(0.0, time.time() - oldest),
                 )
             )
         finally:

@@ -16,7 +16,7 @@ import orjson
 import pytest
 
 from seqkeeper.spark_sink import tables
-from seqkeeper.spark_sink.follow import at_least, lag
+from seqkeeper.spark_sink.follow import at_least, lag, oldest_pending
 from seqkeeper.topics import create_topics
 from tests.spark_sink.test_audit import send
 from tests.spark_sink.test_snapshots import put
@@ -138,3 +138,14 @@ def test_lag_counts_records_behind_and_ends_never_move_back() -> None:
     assert lag({"t": {"0": 10, "1": 5}}, {"t": {"0": 7}}) == 8
     assert lag({"t": {"0": 10}}, {"t": {"0": 12}}) == 0
     assert at_least({"t": {"0": 3, "1": 9}}, {"t": {"0": 5}}) == {"t": {"0": 5, "1": 9}}
+
+
+def test_oldest_pending_is_the_first_record_the_store_lacks(broker, names) -> None:
+    topic = f"{names['app_id']}-pending"
+    asyncio.run(create_topics(broker.bootstrap, [topic], 1))
+    before = time.time()
+    asyncio.run(put(broker.bootstrap, topic, [(b"k", b"%d" % i) for i in range(3)]))
+    ends = {topic: {"0": 3}}
+    oldest = asyncio.run(oldest_pending(broker.bootstrap, ends, {topic: {"0": 1}}))
+    assert oldest is not None and before - 1 <= oldest <= time.time() + 1
+    assert asyncio.run(oldest_pending(broker.bootstrap, ends, {topic: {"0": 3}})) is None
