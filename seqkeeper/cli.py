@@ -434,6 +434,16 @@ def compact(
             "the Iceberg tables, once (docs/spark.md)."
         ),
     ] = False,
+    follow: Annotated[
+        bool,
+        typer.Option(
+            help="Keep compacting: a Spark Structured Streaming query commits each "
+            "micro-batch of new records, until Ctrl-C or SIGTERM (docs/spark.md)."
+        ),
+    ] = False,
+    trigger_seconds: Annotated[
+        float, typer.Option(help="With --follow: seconds between micro-batches.", min=0.1)
+    ] = 10.0,
 ) -> None:
     """Compact the changelog topics (state snapshots) and the message topics
     (audit log) into Apache Iceberg tables, incrementally (PySpark)."""
@@ -474,6 +484,9 @@ def compact(
     if not changelogs and not messages and not reseal:  # (no Spark to start for nothing)
         console.print(NOTHING_TO_COMPACT)
         raise typer.Exit(1)
+    if follow:
+        _follow(settings, warehouse, master, topics, trigger_seconds, sealer, console)
+        return
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
     with Progress(*columns, console=console) as bar:
         units = bar.add_task("starting Spark", total=None)
@@ -553,6 +566,49 @@ def compact(
 
 
 NOTHING_TO_COMPACT = "no seqkeeper topics on this broker: nothing to compact"
+
+
+def _follow(
+    settings: Settings,
+    warehouse: Path,
+    master: str,
+    topics: tuple[list[str], list[str]],
+    trigger_seconds: float,
+    sealer: Any,
+    console: Any,
+) -> None:
+    """``compact --follow``: micro-batches until Ctrl-C or SIGTERM, which
+    stop it after the batch under way (a kill mid-batch commits nothing of
+    that batch; the restart redoes it from the tables' offsets)."""
+    import threading
+
+    from seqkeeper.spark_sink.follow import follow
+    from seqkeeper.spark_sink.job import spark_session
+    from seqkeeper.spark_sink.tables import LegacyWarehouse
+
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    spark = spark_session(master)
+    changelogs, messages = topics
+    console.print(
+        f"following {len(changelogs) + len(messages)} topics into {warehouse} "
+        f"every {trigger_seconds:g} s (Ctrl-C stops after the current batch)",
+        markup=False,
+        soft_wrap=True,
+    )
+
+    def report(batch: Any) -> None:
+        console.print(batch.text(), markup=False, highlight=False, soft_wrap=True)
+
+    try:
+        follow(spark, settings, warehouse, topics, trigger_seconds, stop, report, sealer)
+    except LegacyWarehouse as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(2) from None
+    finally:
+        spark.stop()
+    console.print("follow stopped", markup=False)
 
 
 def reseal_summary(report: Any, sealer: Any) -> tuple[str, int]:

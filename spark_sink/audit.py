@@ -196,6 +196,7 @@ def compact_audit(
     report: Callable[[AuditSummary], None] = lambda summary: None,
     id_header: str = "",
     isolation: str = "read_committed",
+    ends: dict[str, dict[str, int]] | None = None,
 ) -> int:
     """Append the topics' new records to the audit log; the run's number.
     One row per message id per stream, as message-db writes them
@@ -205,7 +206,9 @@ def compact_audit(
     messageId of a value without one (``SEQKEEPER_MESSAGE_ID_HEADER``).
     ``isolation``: how the topics are read (read_committed: no aborted
     output becomes a row). With a ``sealer``, marked ``data`` fields, raw
-    values and header values are encrypted (:mod:`spark_sink.crypto`)."""
+    values and header values are encrypted (:mod:`spark_sink.crypto`).
+    ``ends``: where the run stops (default: the topics' ends now;
+    ``compact --follow`` passes a micro-batch's end offsets)."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
     from pyspark.sql.types import BinaryType
@@ -215,7 +218,8 @@ def compact_audit(
         if done is not None:
             tables.remove_orphans(done)
     commit = tables.committed(table)
-    ends = exact_ends(bootstrap, topics, isolation)
+    if ends is None:
+        ends = exact_ends(bootstrap, topics, isolation)
     starts = commit.offsets
     new = read_kafka(
         spark,

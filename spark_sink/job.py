@@ -102,6 +102,7 @@ def run_compact(
     sealer: Sealer | None = None,
     topics: tuple[list[str], list[str]] | None = None,
     report: Callable[[AuditSummary], None] = lambda summary: None,
+    ends: dict[str, dict[str, int]] | None = None,
 ) -> dict[str, int]:
     """One compaction run; the run numbers of the snapshots and the audit
     (``sealer``: encrypt at rest, :mod:`spark_sink.crypto`). ``step(label,
@@ -110,7 +111,8 @@ def run_compact(
     :func:`planned_topics` found them (the CLI checks them before Spark
     starts: a refusal in the middle would leave the units before it
     committed); None: found here. ``report``: the audit run's summary
-    (rows, copies skipped, conflicts)."""
+    (rows, copies skipped, conflicts). ``ends``: where the run stops, per
+    topic and partition (default: the topics' ends now)."""
     changelogs, messages = topics if topics is not None else planned_topics(settings)
     total = len(changelogs) + bool(messages)
     done = {}
@@ -123,6 +125,7 @@ def run_compact(
             sealer,
             on_topic=lambda topic: step(f"snapshot of {topic}", total),
             isolation=settings.broker.isolation,
+            ends=None if ends is None else {t: ends.get(t, {}) for t in changelogs},
         )
     if messages:
         step(f"audit log of {len(messages)} topics", total)
@@ -135,6 +138,7 @@ def run_compact(
             report,
             id_header=settings.ordered.message_id_header,
             isolation=settings.broker.isolation,
+            ends=None if ends is None else {t: ends.get(t, {}) for t in messages},
         )
     return done
 

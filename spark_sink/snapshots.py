@@ -104,10 +104,12 @@ def compact_snapshots(
     sealer: Sealer | None = None,
     on_topic: Callable[[str], None] = lambda topic: None,
     isolation: str = "read_committed",
+    ends: dict[str, dict[str, int]] | None = None,
 ) -> int:
     """One run over ``topics``; returns its number (``on_topic`` is called
     as each topic starts; ``isolation``: how the changelogs are read, so
-    that an aborted write never becomes a key's latest value)."""
+    that an aborted write never becomes a key's latest value; ``ends``:
+    where the run stops, default the topics' ends now)."""
     from pyspark.sql import functions as F
 
     table = tables.load(warehouse, TABLE)
@@ -119,7 +121,8 @@ def compact_snapshots(
             f"the snapshots under {warehouse} are encrypted: set {KEY_ENV} "
             f"and {FIELDS_ENV} to continue them"
         )
-    ends = exact_ends(bootstrap, topics, isolation)
+    if ends is None:
+        ends = exact_ends(bootstrap, topics, isolation)
     current_files = tables.data_files(table)
     directory: str | None = None
     written: list[str] = []
