@@ -70,6 +70,15 @@ def test_concurrent_runs_commit_once_and_duckdb_reads_the_tables(
         "SEQKEEPER_INPUT_TOPIC": settings.ordered.input_topic,
         "SEQKEEPER_DEDUPED_TOPIC": settings.ordered.deduped_topic,
         "SEQKEEPER_DLQ_TOPIC": settings.ordered.dlq_topic,
+        # (the other topics a worker writes: this test's own, none of them
+        # there; the defaults may be other tests' on a shared broker)
+        **{
+            f"SEQKEEPER_{name}": f"{settings.runtime.app_id}-{name.lower()}"
+            for name in (
+                "LATE_TOPIC", "PROCESSED_TOPIC", "COMMAND_TOPIC", "EVENTS_TOPIC",
+                "COMMAND_DLQ_TOPIC", "REPLY_TOPICS",
+            )
+        },  # fmt: skip
     }
     warehouse = tmp_path / "w"
     # two runs at once on one warehouse: both read from the same committed
