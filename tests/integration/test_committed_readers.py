@@ -272,7 +272,9 @@ def test_a_worker_killed_mid_transaction_leaves_nothing_aborted_in_the_store(
     settings: Settings = make_settings(partitions=2, gap_timeout=600.0)
     bootstrap = kafka.bootstrap
     asyncio.run(create_topics(bootstrap, settings.topics(), 2))
-    w = generate(messages=6000, keys=40, malformed=0, seed=3)
+    # (enough input that the feed still runs through every attempt below
+    # on a loaded machine: with none left, no transaction is ever open)
+    w = generate(messages=15000, keys=40, malformed=0, seed=3)
     chunks = [w.records[i : i + 50] for i in range(0, len(w.records), 50)]
 
     async def feed() -> None:
@@ -297,7 +299,7 @@ def test_a_worker_killed_mid_transaction_leaves_nothing_aborted_in_the_store(
     feeding = threading.Thread(target=asyncio.run, args=(feed(),))
     feeding.start()
     try:
-        for attempt in range(3):  # (until a kill leaves a transaction open)
+        for attempt in range(4):  # (until a kill leaves a transaction open)
             worker = WorkerProcess(settings, tmp_path / f"killed-{attempt}.log").start()
             try:
                 worker.wait_ready()
