@@ -18,6 +18,7 @@ import pytest
 from seqkeeper.spark_sink import tables
 from seqkeeper.spark_sink.follow import at_least, lag, oldest_pending
 from seqkeeper.topics import create_topics
+from tests.spark_sink.cli_env import compact_env
 from tests.spark_sink.test_audit import send
 from tests.spark_sink.test_snapshots import put
 
@@ -61,13 +62,7 @@ def test_follow_keeps_the_store_current_and_a_kill_neither_doubles_nor_loses(
     ordered = settings.ordered.ordered_topic
     asyncio.run(create_topics(broker.bootstrap, [changelog, ordered], 2))
     warehouse = tmp_path / "w"
-    env = {
-        **os.environ,
-        "SEQKEEPER_ORDERED_TOPIC": ordered,
-        "SEQKEEPER_INPUT_TOPIC": settings.ordered.input_topic,
-        "SEQKEEPER_DEDUPED_TOPIC": settings.ordered.deduped_topic,
-        "SEQKEEPER_DLQ_TOPIC": settings.ordered.dlq_topic,
-    }
+    env = compact_env(settings)
     cmd = [sys.executable, "-m", "seqkeeper", "compact", "-b", broker.bootstrap]
     cmd += ["--warehouse", str(warehouse), "--master", "local[2]"]
     cmd += ["--app-id", settings.runtime.app_id, "--follow", "--trigger-seconds", "1"]

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -19,6 +18,7 @@ import pytest
 
 from seqkeeper.spark_sink import tables
 from seqkeeper.topics import create_topics
+from tests.spark_sink.cli_env import compact_env
 from tests.spark_sink.test_audit import send
 from tests.spark_sink.test_snapshots import put
 
@@ -64,22 +64,7 @@ def test_concurrent_runs_commit_once_and_duckdb_reads_the_tables(
     asyncio.run(
         send(broker.bootstrap, [(ordered, b"k%d" % (i % 4), d, None) for i, d in enumerate(docs)])
     )
-    env = {
-        **os.environ,
-        "SEQKEEPER_ORDERED_TOPIC": ordered,
-        "SEQKEEPER_INPUT_TOPIC": settings.ordered.input_topic,
-        "SEQKEEPER_DEDUPED_TOPIC": settings.ordered.deduped_topic,
-        "SEQKEEPER_DLQ_TOPIC": settings.ordered.dlq_topic,
-        # (the other topics a worker writes: this test's own, none of them
-        # there; the defaults may be other tests' on a shared broker)
-        **{
-            f"SEQKEEPER_{name}": f"{settings.runtime.app_id}-{name.lower()}"
-            for name in (
-                "LATE_TOPIC", "PROCESSED_TOPIC", "COMMAND_TOPIC", "EVENTS_TOPIC",
-                "COMMAND_DLQ_TOPIC", "REPLY_TOPICS",
-            )
-        },  # fmt: skip
-    }
+    env = compact_env(settings)
     warehouse = tmp_path / "w"
     # two runs at once on one warehouse: both read from the same committed
     # offsets; the catalog lets the first commit through and refuses the

@@ -20,6 +20,7 @@ from seqkeeper.spark_sink.audit import read_audit
 from seqkeeper.spark_sink.job import run_compact
 from seqkeeper.spark_sink.snapshots import latest_run, read_snapshot
 from seqkeeper.topics import create_topics
+from tests.spark_sink.cli_env import compact_env
 from tests.spark_sink.test_audit import send
 from tests.spark_sink.test_snapshots import put
 
@@ -54,13 +55,7 @@ def test_compact_killed_midway_leaves_the_last_run_and_a_rerun_completes(
     asyncio.run(
         send(broker.bootstrap, [(ordered, b"k%d" % (i % 5), event(i), None) for i in range(50, 90)])
     )
-    env = {
-        **os.environ,
-        "SEQKEEPER_ORDERED_TOPIC": ordered,
-        "SEQKEEPER_INPUT_TOPIC": settings.ordered.input_topic,
-        "SEQKEEPER_DEDUPED_TOPIC": settings.ordered.deduped_topic,
-        "SEQKEEPER_DLQ_TOPIC": settings.ordered.dlq_topic,
-    }
+    env = compact_env(settings)
     cmd = [sys.executable, "-m", "seqkeeper", "compact", "-b", broker.bootstrap]
     cmd += [
         "--warehouse",
