@@ -194,8 +194,7 @@ class ProcessorStage:
             return
         by_partition: dict[int, list[tuple[object, Sequence[Change]]]] = {}
         for (partition, key, seq), (place, item) in self.unwritten.items():
-            change = (codecs.queued_key(key, seq), codecs.encode_queued(item, packed=True), ())
-            by_partition.setdefault(partition, []).append((place, (change,)))
+            by_partition.setdefault(partition, []).append((place, (_entry(key, seq, item),)))
         self.unwritten = {}
         self.appended.clear()
         for partition, placed in by_partition.items():
@@ -317,12 +316,7 @@ class ProcessorStage:
             self.store.write_placed(partition, ((entry[0], changes),))
         else:
             if entry is not None:  # (a result of the key's was appended after the place)
-                queued_change = (
-                    codecs.queued_key(key, seq),
-                    codecs.encode_queued(item, packed=True),
-                    (),
-                )
-                self.store.write_placed(partition, ((entry[0], (queued_change,)),))
+                self.store.write_placed(partition, ((entry[0], (_entry(key, seq, item),)),))
             if queued:
                 changes.append((codecs.queued_key(key, seq), None, ()))
             self.store.write(partition, changes)
@@ -542,6 +536,11 @@ class ProcessorStage:
                 )
         for partition, changes in by_partition.items():
             self.store.write(partition, changes)
+
+
+def _entry(key: str, seq: int, item: Emission) -> Change:
+    """The write of a queued item's entry (``Q``)."""
+    return (codecs.queued_key(key, seq), codecs.encode_queued(item, packed=True), ())
 
 
 def _state(raw: bytes | None) -> Any:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 
 from seqkeeper.settings import Settings
+from seqkeeper.topics import create_topics
 
 #: The other topics a worker writes, which ``compact`` audits when they
 #: exist: each test names its own (none of them there), as the defaults
@@ -30,3 +32,12 @@ def compact_env(settings: Settings) -> dict[str, str]:
         "SEQKEEPER_DLQ_TOPIC": settings.ordered.dlq_topic,
         **{f"SEQKEEPER_{n}": f"{settings.runtime.app_id}-{n.lower()}" for n in _OWN},
     }
+
+
+def changelog_and_ordered(bootstrap: str, settings: Settings) -> tuple[str, str]:
+    """Create the test's changelog and ordered output (2 partitions each):
+    their names."""
+    changelog = f"{settings.runtime.app_id}-state-changelog"
+    ordered = settings.ordered.ordered_topic
+    asyncio.run(create_topics(bootstrap, [changelog, ordered], 2))
+    return changelog, ordered

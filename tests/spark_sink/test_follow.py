@@ -18,7 +18,7 @@ import pytest
 from seqkeeper.spark_sink import tables
 from seqkeeper.spark_sink.follow import at_least, lag, oldest_pending
 from seqkeeper.topics import create_topics
-from tests.spark_sink.cli_env import compact_env
+from tests.spark_sink.cli_env import changelog_and_ordered, compact_env
 from tests.spark_sink.test_audit import send
 from tests.spark_sink.test_snapshots import put
 
@@ -58,9 +58,7 @@ def test_follow_keeps_the_store_current_and_a_kill_neither_doubles_nor_loses(
     broker, make_settings, tmp_path
 ) -> None:
     settings = make_settings()
-    changelog = f"{settings.runtime.app_id}-state-changelog"
-    ordered = settings.ordered.ordered_topic
-    asyncio.run(create_topics(broker.bootstrap, [changelog, ordered], 2))
+    changelog, ordered = changelog_and_ordered(broker.bootstrap, settings)
     warehouse = tmp_path / "w"
     env = compact_env(settings)
     cmd = [sys.executable, "-m", "seqkeeper", "compact", "-b", broker.bootstrap]

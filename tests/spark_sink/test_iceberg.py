@@ -18,7 +18,7 @@ import pytest
 
 from seqkeeper.spark_sink import tables
 from seqkeeper.topics import create_topics
-from tests.spark_sink.cli_env import compact_env
+from tests.spark_sink.cli_env import changelog_and_ordered, compact_env
 from tests.spark_sink.test_audit import send
 from tests.spark_sink.test_snapshots import put
 
@@ -54,9 +54,7 @@ def test_concurrent_runs_commit_once_and_duckdb_reads_the_tables(
     broker, make_settings, tmp_path
 ) -> None:
     settings = make_settings()
-    changelog = f"{settings.runtime.app_id}-state-changelog"
-    ordered = settings.ordered.ordered_topic
-    asyncio.run(create_topics(broker.bootstrap, [changelog, ordered], 2))
+    changelog, ordered = changelog_and_ordered(broker.bootstrap, settings)
     asyncio.run(
         put(broker.bootstrap, changelog, [(b"k%d" % (i % 6), b"%d" % i) for i in range(60)])
     )

@@ -19,8 +19,7 @@ from seqkeeper.spark_sink import tables
 from seqkeeper.spark_sink.audit import read_audit
 from seqkeeper.spark_sink.job import run_compact
 from seqkeeper.spark_sink.snapshots import latest_run, read_snapshot
-from seqkeeper.topics import create_topics
-from tests.spark_sink.cli_env import compact_env
+from tests.spark_sink.cli_env import changelog_and_ordered, compact_env
 from tests.spark_sink.test_audit import send
 from tests.spark_sink.test_snapshots import put
 
@@ -35,9 +34,7 @@ def test_compact_killed_midway_leaves_the_last_run_and_a_rerun_completes(
     spark, broker, make_settings, tmp_path
 ) -> None:
     settings = make_settings()
-    changelog = f"{settings.runtime.app_id}-state-changelog"
-    ordered = settings.ordered.ordered_topic
-    asyncio.run(create_topics(broker.bootstrap, [changelog, ordered], 2))
+    changelog, ordered = changelog_and_ordered(broker.bootstrap, settings)
     asyncio.run(
         put(broker.bootstrap, changelog, [(f"k{i % 5}".encode(), b"%d" % i) for i in range(50)])
     )
