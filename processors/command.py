@@ -46,6 +46,17 @@ Rules:
 * ``expiresAt`` passed: not executed, EXPIRED, reply "expired".
 * ``expectedVersion`` (optimistic concurrency) differs from the entity's
   version: FAILED, reply naming both versions, state unchanged.
+* A handler ends its entity by returning :class:`End` as the new state: the
+  command is COMPLETED at the next version (its events and reply carry it,
+  the reply ``ended: true`` and ``data`` the :class:`End`'s), and the entity
+  is then the record of an entity never seen, ``Entity(0, None, outbox)``:
+  its outbox (the ending command's messages among them) is dispatched and
+  marked as any other, and a record holding nothing (:attr:`Entity.empty`)
+  is deleted by the shell, not written. Receipts are kept per command, not
+  per entity, so a copy of any command of the ended entity is still a
+  duplicate (its stored reply, no second run) for as long as its receipt
+  is kept; a new command for the key starts a new entity at version 0
+  (``expectedVersion`` 0 asks for exactly that).
 * :class:`DomainError` from the handler: FAILED, reply ``success=false``,
   no retry. Any other exception (a timeout too): PROCESSING, retried with
   capped exponential backoff (:class:`RetryPolicy`), then FAILED and
@@ -63,8 +74,10 @@ Invariants (``tests/processors/test_command.py``): however often and in
 whatever interleaving commands of several tenants are delivered, each
 (tenant, messageId)'s handler result is applied at most once and never
 hides another tenant's command of the same messageId, entity versions count
-applied commands, and every dispatch of a command carries the same
-messageIds and bytes.
+applied commands (since the entity's last end), and every dispatch of a
+command carries the same messageIds and bytes; ``tests/processors/
+test_command_end.py``: after an end, copies of the entity's commands get
+their stored replies and run nothing, and a new command sees a new entity.
 """
 
 from __future__ import annotations
@@ -305,12 +318,21 @@ class Outgoing:
 
 @value
 class Entity:
-    """An entity record: version (applied commands), state, and the outbox
-    (command messageId -> its messages) of commands not yet dispatched."""
+    """An entity record: version (applied commands since the entity began),
+    state, and the outbox (command messageId -> its messages) of commands
+    not yet dispatched."""
 
     version: int = 0
     state: Any = None
     outbox: tuple[tuple[str, tuple[Outgoing, ...]], ...] = ()
+
+    @property
+    def empty(self) -> bool:
+        """Whether the record holds nothing: an entity never seen, or one
+        ended (:class:`End`) whose messages are dispatched. The shell
+        deletes such a record rather than write it, so an absent record and
+        an empty one read alike."""
+        return self.version == 0 and self.state is None and not self.outbox
 
     def pending(self, command_id: str) -> tuple[Outgoing, ...] | None:
         for cid, messages in self.outbox:
@@ -354,7 +376,21 @@ class Receipt:
         return scoped(self.tenant, self.message_id)
 
 
-#: ``(state, command) -> (new_state, events)``, or an ``async def`` one.
+@value
+class End:
+    """A handler's new state that ends its entity: ``return End(data),
+    events``. The command is applied (COMPLETED, at the next version, its
+    events dispatched once, its reply ``ended: true`` with ``data``: say
+    what the client should know, e.g. the entity's last state); the
+    entity's record is deleted once those messages are dispatched (a
+    changelog tombstone, so a restore forgets it), and the next command for
+    the same key gets ``None`` at version 0: a new entity."""
+
+    data: Any = None
+
+
+#: ``(state, command) -> (new_state, events)``, or an ``async def`` one;
+#: ``new_state`` :class:`End` ends the entity.
 Handler = Callable[[Any, Command], tuple[Any, list[Event]] | Awaitable[tuple[Any, list[Event]]]]
 HandlerT = TypeVar("HandlerT", bound=Handler)
 
@@ -402,6 +438,8 @@ class Decision:
     dead_letter: tuple[str, str, str] | None = None
     duplicate: bool = False
     applied: bool = False
+    #: the handler ended the entity (:class:`End`)
+    ended: bool = False
 
 
 @value
@@ -437,6 +475,8 @@ def returned(result: Any) -> Returned:
             "(declare it async def)"
         )
     state, events = result
+    if state is End:
+        raise TypeError("the handler returned the class End where End(data) was expected")
     return Returned(state, events)
 
 
@@ -492,7 +532,12 @@ def reply_id(command: Command) -> str:
 
 
 def reply(
-    command: Command, success: bool, message: str, data: Any = None, version: int | None = None
+    command: Command,
+    success: bool,
+    message: str,
+    data: Any = None,
+    version: int | None = None,
+    ended: bool = False,
 ) -> Outgoing | None:
     if command.reply_to is None:
         return None
@@ -506,6 +551,8 @@ def reply(
     }
     if version is not None:
         body["version"] = version
+    if ended:
+        body["ended"] = True
     return Outgoing(
         command.reply_to,
         command.partition_key,
@@ -608,6 +655,7 @@ def decide(
         new: Entity | None = None,
         events: tuple[Outgoing, ...] = (),
         dead: tuple[str, str, str] | None = None,
+        ended: bool = False,
     ) -> Decision:
         base = entity if new is None else new
         messages = events + ((answer,) if answer is not None else ())
@@ -626,7 +674,7 @@ def decide(
             messages += (letter,)
         stored_entity = replace(base, outbox=(*base.outbox, (mid, messages))) if messages else new
         rec = record(status, error, answer, dispatched=not messages)
-        return Decision(stored_entity, rec, messages, dead, applied=new is not None)
+        return Decision(stored_entity, rec, messages, dead, applied=new is not None, ended=ended)
 
     handler = registry.handlers.get((command.command_type, command.schema_version))
     if handler is None:
@@ -688,6 +736,18 @@ def decide(
         )
     new_state, events = outcome.state, outcome.events
     version = entity.version + 1
+    if isinstance(new_state, End):
+        # Version 0 and no state: what an entity never seen reads as, so
+        # the record goes once its outbox is dispatched (Entity.empty) and
+        # the next command starts a new entity; the outbox stays until then.
+        return finish(
+            "COMPLETED",
+            reply(command, True, "ok", new_state.data, version=version, ended=True),
+            None,
+            new=Entity(0, None, entity.outbox),
+            events=_events(command, events, version),
+            ended=True,
+        )
     new = Entity(version, new_state, entity.outbox)
     return finish(
         "COMPLETED",

@@ -1,8 +1,9 @@
 """seqkeeper: ordered, deduplicated, trustworthy topics from unreliable streams.
 
 The one import name of the project. Users' command handlers import
-:class:`Registry`, :class:`Command`, :class:`Event` and :class:`DomainError`
-from here, and the worker loads them by name (``--handlers mypkg.mod:registry``).
+:class:`Registry`, :class:`Command`, :class:`Event`, :class:`DomainError`
+and :class:`End` (a new state that ends the entity) from here, and the
+worker loads them by name (``--handlers mypkg.mod:registry``).
 An ordered processor (``--processor mypkg.mod:fn``) is a function of
 ``(state, message)``; it sees :class:`Message` (a gap given up as type
 :data:`GAP_SKIPPED`) and may return :class:`Output` records.
@@ -22,7 +23,7 @@ Its parts, from the bottom up:
   :mod:`seqkeeper.bench` is ``seqkeeper bench``.
 """
 
-from seqkeeper.processors.command import Command, DomainError, Event, Registry
+from seqkeeper.processors.command import Command, DomainError, End, Event, Registry
 from seqkeeper.processors.processor import GAP_SKIPPED, Message, Output
 
 __version__ = "0.1.0"
@@ -32,6 +33,7 @@ __all__ = [
     "GAP_SKIPPED",
     "Command",
     "DomainError",
+    "End",
     "Event",
     "Message",
     "Output",

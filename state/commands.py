@@ -18,6 +18,12 @@ text UTF-8, times big-endian IEEE doubles, so that keys sort by time):
   tenant's correlationId)
 * ``T`` + 8-byte time + receipt id -> ``""``: dispatched receipts by age
 
+An entity record that holds nothing (:attr:`processors.command.Entity.empty`:
+never applied a command, or ended by its handler, with its outbox
+dispatched) is deleted rather than written, so the changelog carries its
+tombstone and a restore forgets it; reading an absent record gives the empty
+entity. Receipts are not the entity's: they age out as any other.
+
 Write order, so that any prefix is safe: an index that makes a timer or an
 assignment sweep look at something is written before the thing (``o``
 before the entity, ``W`` before the receipt) and deleted after it; the
@@ -263,7 +269,7 @@ class CommandStore:
         if entity is not None:
             if entity.outbox:
                 s.put(partition, pending_key(entity_id), b"")
-            s.put(partition, entity_key(entity_id), encode_entity(entity))
+            self._put_entity(partition, entity_id, entity)
         if receipt is not None:
             s.put(partition, receipt_key(rid), encode_receipt(receipt))
             if before is None:
@@ -282,9 +288,17 @@ class CommandStore:
             rid = receipt.receipt_id
             self.store.put(partition, receipt_key(rid), encode_receipt(receipt))
             self.store.put(partition, age_key(receipt.updated_at, rid), b"")
-        self.store.put(partition, entity_key(entity_id), encode_entity(entity))
+        self._put_entity(partition, entity_id, entity)
         if not entity.outbox:
             self.drop_pending(partition, entity_id)
+
+    def _put_entity(self, partition: int, entity_id: str, entity: Entity) -> None:
+        """Write an entity record, or delete it when it holds nothing (an
+        ended entity whose messages are out: module docstring)."""
+        if entity.empty:
+            self.store.delete(partition, entity_key(entity_id))
+        else:
+            self.store.put(partition, entity_key(entity_id), encode_entity(entity))
 
     def pending_entities(self, partition: int) -> Iterator[str]:
         for key, _ in self.store.items(partition, PENDING):

@@ -94,3 +94,18 @@ def _json_or_none(value: bytes) -> object:
         return orjson.loads(value)
     except orjson.JSONDecodeError:
         return None
+
+
+def test_the_reply_of_a_command_that_ends_its_entity_matches_its_schema() -> None:
+    from seqkeeper import End, Registry
+    from seqkeeper.processors.command import Entity, decide, parse_command
+
+    registry = Registry()
+    registry.register("Close")(lambda state, command: (End(state), []))
+    doc = {"messageId": "m1", "commandType": "Close", "schemaVersion": 1, "correlationId": "c",
+           "partitionKey": "k", "tenantId": "t", "replyTo": "x.replies", "payload": None}  # fmt: skip
+    d = decide(registry, Entity(2, {"n": 1}), None, parse_command(b"k", orjson.dumps(doc)), 1.0)
+    (reply,) = d.dispatch
+    body = orjson.loads(reply.value)
+    assert body["ended"] is True and body["version"] == 3
+    assert validator("reply.schema.json").is_valid(body)

@@ -130,6 +130,11 @@ class CommandMetrics:
         self.dead_lettered = Counter(
             "seqkeeper_command_dead_lettered", "Commands dead-lettered", ["reason"], registry=r
         )
+        self.entities_ended = Counter(
+            "seqkeeper_command_entities_ended",
+            "Entities their handler ended (seqkeeper.End)",
+            registry=r,
+        )
         self.receipts_forgotten = Counter(
             "seqkeeper_receipts_forgotten", "Receipts past retention deleted", registry=r
         )
@@ -362,7 +367,9 @@ class CommandTopology(OutboxOwner):
         """
         start = time.monotonic()
         outcome: Outcome | None = None
-        ran: tuple[Handler, int] | None = None  # the handler and version it ran on
+        # the handler, version and state it ran on (an entity ended and begun
+        # again meanwhile may be at the same version with another state)
+        ran: tuple[Handler, int, Any] | None = None
         while True:
             if epoch != self.epoch:
                 return
@@ -373,9 +380,9 @@ class CommandTopology(OutboxOwner):
             if handler is None or not (self.threads or self.is_async(handler)):
                 outcome = None  # decided without awaiting a run
                 break
-            if ran == (handler, entity.version):
+            if ran == (handler, entity.version, entity.state):
                 break
-            ran = (handler, entity.version)
+            ran = (handler, entity.version, entity.state)
             outcome = await self.run(handler, entity.state, command, (partition, command.entity))
         decision = decide(
             self.registry,
@@ -429,6 +436,8 @@ class CommandTopology(OutboxOwner):
                 self.metrics.redispatched.inc(len(d.dispatch))
         elif d.receipt is not None:
             self.metrics.outcomes.labels(d.receipt.status).inc()
+        if d.ended:
+            self.metrics.entities_ended.inc()
         if d.dead_letter is not None:
             self.metrics.dead_lettered.labels(d.dead_letter[0]).inc()
             log.info("command dead-lettered: %s", d.dead_letter[1])

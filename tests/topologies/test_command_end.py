@@ -1,0 +1,115 @@
+"""An entity ended by its handler (``seqkeeper.End``) in the command
+topology on an in-memory store: its record is deleted once the ending
+command's messages are dispatched (a crash before that leaves them to the
+assignment sweep), its receipts stay, and a new command starts anew."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from seqkeeper import Command, End, Event, Registry
+from seqkeeper.processors.command import receipt_id
+from seqkeeper.settings import Settings
+from seqkeeper.state.commands import CommandStore, entity_key, pending_key
+from seqkeeper.state.memory import MemoryStore
+from seqkeeper.topologies.commands import CommandTopology
+
+SETTINGS = Settings.of(bootstrap="unused", topology="commands")
+ENTITY = "2:t1/acct"
+
+registry = Registry()
+
+
+@registry.register("Add")
+def add(state: Any, c: Command) -> tuple[Any, list[Event]]:
+    total = (state or {"total": 0})["total"] + c.payload
+    return {"total": total}, [Event("Added", total)]
+
+
+@registry.register("Close")
+def close(state: Any, c: Command) -> tuple[Any, list[Event]]:
+    return End(state), [Event("Closed")]
+
+
+def cmd(mid: str, ctype: str, payload: object = None) -> tuple[bytes, bytes]:
+    doc = {"messageId": mid, "commandType": ctype, "schemaVersion": 1, "correlationId": f"c-{mid}",
+           "partitionKey": "acct", "tenantId": "t1", "replyTo": "replies", "payload": payload}  # fmt: skip
+    return b"acct", orjson.dumps(doc)
+
+
+class Recording(MemoryStore):
+    """A memory store that lists the entity record's writes (None: a delete)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.entity_writes: list[bytes | None] = []
+
+    def put(self, partition: int, key: bytes, value: bytes) -> None:
+        if key == entity_key(ENTITY):
+            self.entity_writes.append(value)
+        super().put(partition, key, value)
+
+    def delete(self, partition: int, key: bytes) -> None:
+        if key == entity_key(ENTITY):
+            self.entity_writes.append(None)
+        super().delete(partition, key)
+
+
+def worker(memory: MemoryStore) -> CommandTopology:
+    topology = CommandTopology(SETTINGS, CommandStore(memory), registry)
+    topology.on_assigned({0})
+    return topology
+
+
+def feed(topology: CommandTopology, *records: tuple[bytes, bytes]) -> dict[str, bytes]:
+    for offset, (key, value) in enumerate(records):
+        topology.on_record(0, offset, key, value, [], 1.0, 100.0)
+    batch = topology.take()
+    topology.confirm(batch, now=100.0)
+    return {orjson.loads(v)["messageId"]: v for _, _, v, _ in batch.records}
+
+
+def test_an_ended_entity_is_deleted_after_its_messages_and_its_receipts_stay() -> None:
+    memory = Recording()
+    topology = worker(memory)
+    first = feed(topology, cmd("m1", "Add", 5), cmd("m2", "Add", 2))
+    out = feed(topology, cmd("m3", "Close"))
+    assert orjson.loads(out["2:t1/m3:reply"])["data"] == {"total": 7}
+    assert orjson.loads(out["2:t1/m3:reply"])["ended"] is True
+    # written with the Close's outbox, then deleted once it was dispatched
+    assert memory.entity_writes[-1] is None and memory.entity_writes[-2] is not None
+    assert memory.get(0, entity_key(ENTITY)) is None
+    assert memory.get(0, pending_key(ENTITY)) is None
+    store = CommandStore(memory)
+    for mid in ("m1", "m2", "m3"):
+        r = store.receipt(0, receipt_id("t1", mid))
+        assert r is not None and r.status == "COMPLETED" and r.dispatched
+    # a copy of an earlier command: its stored reply, byte for byte, no run
+    again = feed(topology, cmd("m1", "Add", 5))
+    assert again == {"2:t1/m1:reply": first["2:t1/m1:reply"]}
+    assert memory.get(0, entity_key(ENTITY)) is None
+    # a new command: a new entity
+    new = feed(topology, cmd("m4", "Add", 1))
+    reply = orjson.loads(new["2:t1/m4:reply"])
+    assert (reply["data"], reply["version"]) == ({"total": 1}, 1)
+    assert store.entity(0, ENTITY).version == 1
+    ended = topology.metrics.registry.get_sample_value("seqkeeper_command_entities_ended_total")
+    assert ended == 1
+
+
+def test_a_crash_before_the_mark_leaves_the_ending_messages_to_the_sweep() -> None:
+    memory = MemoryStore()
+    first = worker(memory)
+    feed(first, cmd("m1", "Add", 5))
+    first.on_record(0, 1, *cmd("m2", "Close"), [], 1.0, 100.0)
+    lost = {orjson.loads(v)["messageId"] for _, _, v, _ in first.take().records}
+    assert lost == {"2:t1/m2:1", "2:t1/m2:reply"}  # taken, never confirmed: a crash
+    assert memory.get(0, entity_key(ENTITY)) is not None  # the outbox holds them
+    second = worker(memory)  # the assignment sweep dispatches them again
+    batch = second.take()
+    assert {orjson.loads(v)["messageId"] for _, _, v, _ in batch.records} == lost
+    second.confirm(batch, now=101.0)
+    assert memory.get(0, entity_key(ENTITY)) is None
+    assert feed(second, cmd("m2", "Close")).keys() == {"2:t1/m2:reply"}  # a copy: no run
