@@ -1,5 +1,6 @@
 """Order command handlers for seqkeeper: place an order (paying for it
-through the payment service) and cancel it.
+through the payment service), cancel it, and archive a cancelled one (the
+order ends: its state is deleted, and its id may be placed again).
 
 Run them with ``seqkeeper worker --topology commands --handlers
 orders:registry`` from this directory. Each handler gets the order's state
@@ -12,7 +13,7 @@ import os
 
 import aiohttp
 
-from seqkeeper import Command, DomainError, Event, Registry
+from seqkeeper import Command, DomainError, End, Event, Registry
 
 registry = Registry()
 
@@ -73,3 +74,16 @@ def cancel_order(state, command: Command):
     return cancelled, [
         Event("OrderCancelled", {"chargeId": state["chargeId"], "amount": state["amount"]})
     ]
+
+
+@registry.register("ArchiveOrder")
+def archive_order(state, command: Command):
+    """A cancelled order is archived: returning ``End`` ends the order.
+    seqkeeper deletes its state once the ``OrderArchived`` event and the
+    reply (``ended: true``, data: the order as it was) are sent; a later
+    ``PlaceOrder`` with the same id places a new order, at version 1."""
+    if state is None:
+        raise DomainError(f"no order {command.partition_key}")
+    if state["status"] != "cancelled":
+        raise DomainError(f"{command.partition_key} is {state['status']}, not cancelled")
+    return End(state), [Event("OrderArchived", {"chargeId": state["chargeId"]})]

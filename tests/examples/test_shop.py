@@ -44,6 +44,8 @@ COMMANDS = {
         ("order-1:place", "PlaceOrder", BOOK),
         ("order-1:again", "PlaceOrder", {**BOOK, "quantity": 5}),
         ("order-1:cancel", "CancelOrder", {}),
+        ("order-1:archive", "ArchiveOrder", {}),  # the order ends
+        ("order-1:replace", "PlaceOrder", {**BOOK, "quantity": 1}),  # a new order-1
     ],
     "order-2": [
         ("order-2:place", "PlaceOrder", {**BOOK, "card": DECLINED}),
@@ -68,6 +70,8 @@ REPLIES = {
     "order-1:place": (True, "ok", placed("order-1:place", 2), 1),
     "order-1:again": (False, "order-1 is already placed", None, 1),
     "order-1:cancel": (True, "ok", placed("order-1:place", 2, "cancelled"), 2),
+    "order-1:archive": (True, "ok", placed("order-1:place", 2, "cancelled"), 3),
+    "order-1:replace": (True, "ok", placed("order-1:replace", 1), 1),
     "order-2:place": (False, "payment refused", {"error": "card declined"}, 0),
     "order-2:cancel": (False, "no order order-2", None, 0),
     "order-3:place": (True, "ok", placed("order-3:place", 3), 1),
@@ -82,7 +86,11 @@ EVENTS = {
         "OrderCancelled", {"chargeId": charge_id("order-1:place"), "amount": 30}
     ),
     "4:shop/order-3:place:1": ("OrderPlaced", placed("order-3:place", 3)),
+    "4:shop/order-1:archive:1": ("OrderArchived", {"chargeId": charge_id("order-1:place")}),
+    "4:shop/order-1:replace:1": ("OrderPlaced", placed("order-1:replace", 1)),
 }  # fmt: skip
+#: The commands whose handler ended their order (the reply says ``ended``).
+ENDED = {"order-1:archive"}
 
 
 def records(reply_to: str, seed: int = 3) -> list[tuple[bytes, bytes]]:
@@ -136,6 +144,8 @@ def test_the_shop_answers_each_command_once(
     asyncio.run(create_topics(bootstrap, [*settings.topics(), reply_to], 2))
     sent = records(reply_to)
     assert len(sent) > sum(map(len, COMMANDS.values())), "no command was sent twice"
+    # a copy of order-1's first command after the order ended: its stored reply, no charge
+    sent += [r for r in sent if orjson.loads(r[1])["messageId"] == "order-1:place"][:1]
     asyncio.run(publish(bootstrap, settings.commands.command_topic, sent))
     worker = WorkerProcess(settings, tmp_path / "worker.log", cwd=project).start()
     try:
@@ -157,7 +167,8 @@ def test_the_shop_answers_each_command_once(
     answered = once_each(replies)
     assert {reply["causationId"]: reply for reply in answered.values()} == {
         mid: {"messageId": f"4:shop/{mid}:reply", "correlationId": f"corr-{mid}", "causationId": mid,
-              "success": ok, "message": message, "data": data, "version": version}
+              "success": ok, "message": message, "data": data, "version": version,
+              **({"ended": True} if mid in ENDED else {})}
         for mid, (ok, message, data, version) in REPLIES.items()
     }  # fmt: skip
     assert {mid: (e["type"], e["data"]) for mid, e in once_each(events).items()} == EVENTS
@@ -167,6 +178,7 @@ def test_the_shop_answers_each_command_once(
     # service charged once
     assert charges == {
         "shop:order-1:place": {"chargeId": charge_id("order-1:place"), "amount": 30, "calls": 1},
+        "shop:order-1:replace": {"chargeId": charge_id("order-1:replace"), "amount": 15, "calls": 1},
         "shop:order-3:place": {"chargeId": charge_id("order-3:place"), "amount": 45, "calls": 2},
     }
 
