@@ -672,8 +672,13 @@ def decide(
                 tuple(headers),
             )
             messages += (letter,)
-        stored_entity = replace(base, outbox=(*base.outbox, (mid, messages))) if messages else new
-        rec = record(status, error, answer, dispatched=not messages)
+        # An ending command keeps an outbox entry even with nothing to send:
+        # the entity record is written (deleted) before the receipt, and
+        # without the entry a crash between the two would leave no trace of
+        # the command, and a copy would run again on a new entity.
+        entry = bool(messages) or ended
+        stored_entity = replace(base, outbox=(*base.outbox, (mid, messages))) if entry else new
+        rec = record(status, error, answer, dispatched=not entry)
         return Decision(stored_entity, rec, messages, dead, applied=new is not None, ended=ended)
 
     handler = registry.handlers.get((command.command_type, command.schema_version))

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from seqkeeper import Command, End, Event, Registry
-from seqkeeper.processors.command import Entity, Outgoing, decide, reply_id
+from seqkeeper.processors.command import Entity, Outgoing, decide, mark_dispatched, reply_id
 from tests.processors.test_command import Shell, command
 
 KEYS = ("a", "b")
@@ -150,13 +150,20 @@ def test_an_end_keeps_its_outbox_until_dispatched_and_a_command_meanwhile_starts
     assert shell.entities[close.entity].version == 1
 
 
-def test_an_end_with_nothing_to_dispatch_leaves_an_empty_record() -> None:
+def test_an_end_with_nothing_to_dispatch_keeps_an_entry_until_marked() -> None:
     registry = Registry()
     registry.register("Drop")(lambda state, c: (End(), []))
     quiet = command("m1", "Drop", "a", {}, replyTo=None)  # no events, no reply
     d = decide(registry, Entity(3, {"total": 4}), None, quiet, 1.0)
-    assert d.entity == Entity() and d.entity.empty and d.ended and d.applied
-    assert d.receipt is not None and d.receipt.status == "COMPLETED" and d.receipt.dispatched
+    # an entry with nothing in it: the trace of the command until its receipt is written
+    assert d.entity == Entity(0, None, (("m1", ()),)) and not d.entity.empty
+    assert d.ended and d.applied and d.dispatch == ()
+    assert d.receipt is not None and d.receipt.status == "COMPLETED" and not d.receipt.dispatched
+    # a copy before the mark: a duplicate, no run
+    again = decide(registry, d.entity, d.receipt, quiet, 2.0)
+    assert again.duplicate and again.dispatch == () and not again.applied
+    entity, receipt = mark_dispatched(d.entity, d.receipt, "m1", 3.0)
+    assert entity.empty and receipt is not None and receipt.dispatched
 
 
 def test_returning_the_class_end_is_a_transient_failure_naming_it() -> None:

@@ -15,6 +15,7 @@ from seqkeeper.settings import Settings
 from seqkeeper.state.commands import CommandStore, entity_key, pending_key
 from seqkeeper.state.memory import MemoryStore
 from seqkeeper.topologies.commands import CommandTopology
+from tests.topologies.test_crash_consistency import LoggedStore
 
 SETTINGS = Settings.of(bootstrap="unused", topology="commands")
 ENTITY = "2:t1/acct"
@@ -113,3 +114,35 @@ def test_a_crash_before_the_mark_leaves_the_ending_messages_to_the_sweep() -> No
     second.confirm(batch, now=101.0)
     assert memory.get(0, entity_key(ENTITY)) is None
     assert feed(second, cmd("m2", "Close")).keys() == {"2:t1/m2:reply"}  # a copy: no run
+
+
+calls: list[str] = []  # the Drop commands run
+
+
+@registry.register("Drop")
+def drop(state: Any, c: Command) -> tuple[Any, list[Event]]:
+    calls.append(c.message_id)
+    return End(), []
+
+
+def test_an_end_with_nothing_to_send_cut_before_its_receipt_is_not_run_again() -> None:
+    changelog: list[tuple[int, bytes, bytes | None]] = []
+    first = worker(LoggedStore(changelog))
+    feed(first, cmd("m1", "Add", 5))
+    _, value = cmd("m2", "Drop")
+    quiet = orjson.dumps({**orjson.loads(value), "replyTo": None})  # no reply, no events
+    calls.clear()
+    first.on_record(0, 1, b"acct", quiet, [], 1.0, 100.0)
+    assert calls == ["m2"]
+    # a crash keeps the changelog up to the entity record, not the receipt after it
+    cut = max(i for i, (_, key, _) in enumerate(changelog) if key == entity_key(ENTITY)) + 1
+    assert any(key.startswith(b"R") and b"m2" in key for _, key, _ in changelog[cut:])
+    del changelog[cut:]
+    second = worker(LoggedStore(changelog))  # the sweep finds the entry, confirms it
+    second.confirm(second.take(), now=101.0)
+    store = CommandStore(second.store.store)
+    receipt = store.receipt(0, receipt_id("t1", "m2"))
+    assert receipt is not None and (receipt.status, receipt.dispatched) == ("COMPLETED", True)
+    assert second.store.store.get(0, entity_key(ENTITY)) is None
+    second.on_record(0, 1, b"acct", quiet, [], 1.0, 102.0)  # read again: a duplicate
+    assert calls == ["m2"]
