@@ -65,6 +65,11 @@ class Sizes:
     deep_buffer: int = 100_000
     state_keys: int = 1_000_000
     spark_records: int = 1_000_000
+    #: ``compact --follow``'s lag: seconds of input at ``follow_rate`` events
+    #: a second, micro-batches every ``follow_trigger`` seconds.
+    follow_seconds: float = 60.0
+    follow_rate: int = 1_000
+    follow_trigger: float = 10.0
     #: Length of each latency measurement. The embedded broker slows down as
     #: a partition's record batches pile up (bench/NOTES.md), so a longer run
     #: measures the broker more than the pipeline; each figure keeps its p99
@@ -86,6 +91,9 @@ SMOKE = Sizes(
     state_keys=2_000,
     spark_records=5_000,
     latency_seconds=3.0,
+    follow_seconds=15.0,
+    follow_rate=200,
+    follow_trigger=5.0,
 )
 
 
@@ -1339,7 +1347,7 @@ class Bench:
 
     # -- Spark --------------------------------------------------------------------------
 
-    def spark(self) -> tuple[Figure, Figure, Figure, Figure]:
+    def spark(self) -> tuple[Figure, Figure, Figure, Figure, Figure]:
         from seqkeeper.spark_sink.audit import compact_audit
         from seqkeeper.spark_sink.job import spark_session
         from seqkeeper.spark_sink.kafka_source import read_kafka
@@ -1390,6 +1398,7 @@ class Bench:
             t0 = time.monotonic()
             compact_audit(spark, self.bootstrap, [events], self.workdir / f"{tag}-audit")
             audit_rate = n / (time.monotonic() - t0)
+            follow = self.follow_lag(spark, f"{tag}-follow")
         finally:
             if ours:
                 spark.stop()
@@ -1410,7 +1419,103 @@ class Bench:
                 compaction < 60,
             ),
             Figure(f"audit compaction of {n:,} events, local[2]", audit_rate, "rec/s"),
+            follow,
         )
+
+    def follow_lag(self, spark: Any, tag: str) -> Figure:
+        """``compact --follow``'s lag (:func:`seqkeeper.spark_sink.follow.follow`
+        in this process) while events arrive at ``follow_rate`` a second for
+        ``follow_seconds``: how long a record waits to be in the store.
+
+        A batch commits what the topics held when it started; a record
+        produced after the previous batch started waits for this batch's
+        commit, so the longest wait of batch i is its commit time minus
+        batch i-1's start (the trigger interval's wait included). Batch
+        starts are taken where the batch's function starts (Spark read the
+        ends just before: a few ms earlier)."""
+        from seqkeeper.spark_sink.follow import BatchReport, follow
+
+        rate, seconds = self.sizes.follow_rate, self.sizes.follow_seconds
+        trigger = self.sizes.follow_trigger
+        events = f"{tag}.ordered"
+        self.topics([events])
+        settings = self.settings(tag)
+        reports: list[tuple[float, BatchReport]] = []  # (commit wall time, report)
+        stop = threading.Event()
+        runner = threading.Thread(
+            target=follow,
+            args=(spark, settings, self.workdir / tag, ([], [events]), trigger, stop),
+            kwargs={"report": lambda b: reports.append((time.time(), b))},
+            daemon=True,
+        )
+        began = time.time()
+        runner.start()
+        sent = asyncio.run(_steady(self.bootstrap, events, rate, seconds))
+        deadline = time.monotonic() + 10 * trigger + 120
+        while time.monotonic() < deadline and runner.is_alive():
+            done = [b for at, b in reports if at > began + seconds]
+            if done and done[-1].lag_records == 0:
+                break
+            time.sleep(0.5)
+        stop.set()
+        runner.join(timeout=300)
+        batches = [(at, b) for at, b in reports if b.runs]
+        waits = _follow_waits(began, batches)
+        # (the first batch waits for the query's start too: reported apart)
+        steady = waits[1:]
+        worst = max(steady, default=float("inf"))
+        caught_up = bool(reports) and reports[-1][1].lag_records == 0
+        return Figure(
+            f"compact --follow: longest wait of a record for the store after the first batch, "
+            f"{rate:,} events/s, "
+            f"trigger {trigger:g} s",
+            worst,
+            "s",
+            f"≤ trigger + 10 s = {trigger + 10:g} s",
+            caught_up and worst <= trigger + 10,
+            detail={
+                "median wait (s)": statistics.median(steady) if steady else None,
+                "first batch's wait, the query's start included (s)": waits[0] if waits else None,
+                "batches": len(batches),
+                "events": sent,
+                "caught up": caught_up,
+                "batch seconds": [round(b.seconds, 2) for _, b in batches],
+            },
+        )
+
+
+def _follow_waits(began: float, batches: list[tuple[float, Any]]) -> list[float]:
+    """Per committed batch: its commit time minus the previous batch's
+    start (the first: minus ``began``), wall-clock seconds."""
+    waits, start = [], began
+    for at, batch in batches:
+        waits.append(at - start)
+        start = at - batch.seconds
+    return waits
+
+
+async def _steady(bootstrap: str, topic: str, rate: int, seconds: float) -> int:
+    """Events (as the ordered topic holds them) at ``rate`` a second for
+    ``seconds``, sent every 100 ms; the count sent."""
+    from aiokafka import AIOKafkaProducer
+
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5, **kafka_options())
+    await producer.start()
+    sent, t0 = 0, time.monotonic()
+    try:
+        while (elapsed := time.monotonic() - t0) < seconds:
+            due = int(elapsed * rate)
+            for i in range(sent, due):
+                value = orjson.dumps(
+                    {"messageId": f"f{i}", "seq": i // 50 + 1, "type": "Posted", "data": {"n": i}}
+                )
+                await producer.send(topic, value, key=b"k%d" % (i % 50))
+            sent = max(sent, due)
+            await producer.flush()
+            await asyncio.sleep(0.1)
+    finally:
+        await producer.stop()
+    return sent
 
 
 async def _paced(
@@ -1689,8 +1794,8 @@ def run(bench: Bench, only: set[str] | None = None) -> dict[str, Any]:
 
     def spark() -> None:
         bench.say("Spark")
-        direct, source, compaction, audit = bench.spark()
-        figures.extend([direct, source, compaction, audit])
+        direct, source, compaction, audit, follow = bench.spark()
+        figures.extend([direct, source, compaction, audit, follow])
         ratios.append(
             Figure(
                 "Spark source / aiokafka",

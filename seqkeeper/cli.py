@@ -444,6 +444,15 @@ def compact(
     trigger_seconds: Annotated[
         float, typer.Option(help="With --follow: seconds between micro-batches.", min=0.1)
     ] = 10.0,
+    metrics_port: Annotated[
+        Optional[int],
+        typer.Option(
+            help="With --follow: serve Prometheus metrics (the store's lag) at "
+            "http://SEQKEEPER_WEB_HOST:PORT/metrics (0 picks a free port, printed).",
+            min=0,
+            max=65535,
+        ),
+    ] = None,
 ) -> None:
     """Compact the changelog topics (state snapshots) and the message topics
     (audit log) into Apache Iceberg tables, incrementally (PySpark)."""
@@ -455,7 +464,13 @@ def compact(
 
     from seqkeeper.access import check_topics
     from seqkeeper.spark_sink.job import planned_topics, run_compact, spark_session, watch_tasks
-    from seqkeeper.spark_sink.tables import LegacyWarehouse, LostCommit, refuse_legacy
+    from seqkeeper.spark_sink.tables import (
+        LegacyWarehouse,
+        LostCommit,
+        catalog,
+        refuse_legacy,
+        uri_of_rest,
+    )
 
     console = Console()
     settings = settings_of(
@@ -476,6 +491,8 @@ def compact(
     try:  # before Spark starts
         if not convert:
             refuse_legacy(warehouse)
+        if uri_of_rest():  # (one line if it does not answer, not a JVM's start)
+            catalog(warehouse)
     except LegacyWarehouse as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(2) from None
@@ -484,8 +501,11 @@ def compact(
     if not changelogs and not messages and not reseal:  # (no Spark to start for nothing)
         console.print(NOTHING_TO_COMPACT)
         raise typer.Exit(1)
+    if metrics_port is not None and not follow:
+        typer.echo("error: --metrics-port serves the follow mode's metrics: add --follow", err=True)
+        raise typer.Exit(2)
     if follow:
-        _follow(settings, warehouse, master, topics, trigger_seconds, sealer, console)
+        _follow(settings, warehouse, master, topics, trigger_seconds, sealer, console, metrics_port)
         return
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
     with Progress(*columns, console=console) as bar:
@@ -576,33 +596,97 @@ def _follow(
     trigger_seconds: float,
     sealer: Any,
     console: Any,
+    metrics_port: int | None,
 ) -> None:
     """``compact --follow``: micro-batches until Ctrl-C or SIGTERM, which
     stop it after the batch under way (a kill mid-batch commits nothing of
-    that batch; the restart redoes it from the tables' offsets)."""
+    that batch; the restart redoes it from the tables' offsets). Topics
+    that appear later (a worker started after it, a new reply topic) are
+    followed from their first record once it may read them."""
+    import asyncio
     import threading
 
-    from seqkeeper.spark_sink.follow import follow
-    from seqkeeper.spark_sink.job import spark_session
+    from seqkeeper.access import check_topics
+    from seqkeeper.permissions import PermissionDenied
+    from seqkeeper.spark_sink.follow import FollowMetrics, follow
+    from seqkeeper.spark_sink.job import planned_topics, spark_session
     from seqkeeper.spark_sink.tables import LegacyWarehouse
 
+    metrics = FollowMetrics()
+    if metrics_port is not None:
+        from prometheus_client import start_http_server
+
+        host = settings.runtime.web_host
+        try:  # before Spark starts: a bad address is one line, not a JVM's start and stop
+            server, _ = start_http_server(metrics_port, addr=host, registry=metrics.registry)
+        except OSError as e:
+            typer.echo(
+                f"error: {VARS['web_host'].env}={host} --metrics-port {metrics_port}: cannot "
+                f"listen there ({e.strerror}); give an address of this machine (127.0.0.1: "
+                "this machine only; 0.0.0.0: every interface) and a free port (0 picks one)",
+                err=True,
+            )
+            raise typer.Exit(2) from None
+        console.print(
+            f"metrics at http://{host}:{server.server_port}/metrics", markup=False, soft_wrap=True
+        )
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     spark = spark_session(master)
     changelogs, messages = topics
+    metrics.topics.set(len(changelogs) + len(messages))
     console.print(
         f"following {len(changelogs) + len(messages)} topics into {warehouse} "
         f"every {trigger_seconds:g} s (Ctrl-C stops after the current batch)",
         markup=False,
         soft_wrap=True,
     )
+    following = {*changelogs, *messages}
+    refused: set[str] = set()
+
+    def plan() -> tuple[list[str], list[str]]:
+        # (a new topic it may not read is left out, named once, and asked
+        # again each time: a grant made later is picked up)
+        now_changelogs, now_messages = planned_topics(settings)
+        for topic in [*now_changelogs, *now_messages]:
+            if topic in following:
+                continue
+            try:
+                asyncio.run(check_topics(settings, reads=[topic]))
+            except PermissionDenied as e:
+                if topic not in refused:
+                    console.print(f"not following {topic}: {e}", markup=False, soft_wrap=True)
+                refused.add(topic)
+        return (
+            [t for t in now_changelogs if t not in refused or t in following],
+            [t for t in now_messages if t not in refused or t in following],
+        )
+
+    def on_topics(new: list[str]) -> None:
+        following.update(new)
+        refused.difference_update(new)
+        metrics.topics.set(len(following))
+        if new:
+            console.print(f"following new topics: {', '.join(new)}", markup=False, soft_wrap=True)
 
     def report(batch: Any) -> None:
+        metrics.observe(batch)
         console.print(batch.text(), markup=False, highlight=False, soft_wrap=True)
 
     try:
-        follow(spark, settings, warehouse, topics, trigger_seconds, stop, report, sealer)
+        follow(
+            spark,
+            settings,
+            warehouse,
+            topics,
+            trigger_seconds,
+            stop,
+            report,
+            sealer,
+            plan=plan,
+            on_topics=on_topics,
+        )
     except LegacyWarehouse as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(2) from None

@@ -7,7 +7,8 @@ it to each).
   (:class:`~seqkeeper.settings.SettingError`), a module that does not load
   (:class:`~seqkeeper.plugins.PluginError`), a missing audit key, a topic
   that does not exist (:class:`~seqkeeper.topics.UnknownTopic`), a broker
-  address where none answers;
+  address where none answers, an Iceberg REST catalog that does not answer
+  (:class:`~seqkeeper.spark_sink.tables.CatalogUnavailable`);
 * exit 1, the broker refused: credentials or a certificate
   (:class:`~seqkeeper.security.SecurityFailure`, also when aiokafka only
   logged the cause), an ACL (:class:`~seqkeeper.permissions.PermissionDenied`,
@@ -47,10 +48,13 @@ def one_line(
     from aiokafka.errors import KafkaConnectionError
 
     from seqkeeper.spark_sink.crypto import AuditKeyError
+    from seqkeeper.spark_sink.tables import CatalogUnavailable
 
     if isinstance(exc, TopicsNotCreated):
         return str(exc), REFUSED
-    if isinstance(exc, SettingError | PluginError | AuditKeyError | UnknownTopic):
+    if isinstance(
+        exc, SettingError | PluginError | AuditKeyError | UnknownTopic | CatalogUnavailable
+    ):
         return str(exc), USAGE
     refused = refusal(exc, settings, logged_cause)
     if refused is not None:

@@ -202,6 +202,50 @@ class BatchReport:
         return text
 
 
+class FollowMetrics:
+    """The follow mode's Prometheus metrics (its own registry: served by
+    ``compact --follow --metrics-port``)."""
+
+    def __init__(self) -> None:
+        from prometheus_client import CollectorRegistry, Counter, Gauge
+
+        self.registry = CollectorRegistry()
+        self.lag_records = Gauge(
+            "seqkeeper_store_lag_records",
+            "Records the store is behind the topics after the last micro-batch",
+            registry=self.registry,
+        )
+        self.lag_seconds = Gauge(
+            "seqkeeper_store_lag_seconds",
+            "Age of the oldest record the store lacks after the last micro-batch (0: none)",
+            registry=self.registry,
+        )
+        self.batches = Counter(
+            "seqkeeper_store_batches",
+            "Micro-batches run by compact --follow",
+            registry=self.registry,
+        )
+        self.rows = Counter(
+            "seqkeeper_store_rows",
+            "Audit rows committed by compact --follow",
+            registry=self.registry,
+        )
+        self.topics = Gauge(
+            "seqkeeper_store_topics",
+            "Topics compact --follow reads",
+            registry=self.registry,
+        )
+
+    def observe(self, batch: BatchReport) -> None:
+        self.batches.inc()
+        self.rows.inc(batch.rows)
+        self.lag_records.set(batch.lag_records)
+        self.lag_seconds.set(batch.lag_seconds or 0.0)
+
+
+Plan = Callable[[], tuple[list[str], list[str]]]
+
+
 def follow(
     spark: Any,
     settings: Settings,
@@ -212,16 +256,73 @@ def follow(
     report: Callable[[BatchReport], None],
     sealer: Any = None,
     checkpoint: str | None = None,
+    plan: Plan | None = None,
+    on_topics: Callable[[list[str]], None] = lambda new: None,
 ) -> None:
     """Run the streaming query until ``stop`` is set (then after the
-    current batch: a batch that starts after ``stop`` does nothing)."""
+    current batch: a batch that starts after ``stop`` does nothing).
+
+    ``plan``: the topics to follow now (changelogs, message topics), asked
+    every few triggers; when it names topics the query does not read (a
+    worker started after ``compact --follow``, a reply topic created
+    later), the query is stopped after its batch and started again over
+    them all, with ``on_topics(new)`` called first. A restart loses
+    nothing: a query starts where the tables are."""
+    spark.dataSource.register(OffsetsSource)
+    replan_every = max(trigger_seconds, 5.0)
+    while not stop.is_set():
+        _query(
+            spark,
+            settings,
+            warehouse,
+            topics,
+            trigger_seconds,
+            stop,
+            report,
+            sealer,
+            checkpoint,
+            plan,
+            replan_every,
+        )
+        if stop.is_set() or plan is None:
+            return
+        grown = _grown(topics, plan())
+        on_topics(sorted({*grown[0], *grown[1]} - {*topics[0], *topics[1]}))
+        topics = grown
+
+
+def _grown(
+    topics: tuple[list[str], list[str]], now: tuple[list[str], list[str]]
+) -> tuple[list[str], list[str]]:
+    """``topics`` with what ``now`` adds (a topic is never dropped: one
+    deleted since is the compaction's to report, not a reason to stop)."""
+    return (
+        list(dict.fromkeys([*topics[0], *now[0]])),
+        list(dict.fromkeys([*topics[1], *now[1]])),
+    )
+
+
+def _query(
+    spark: Any,
+    settings: Settings,
+    warehouse: Path,
+    topics: tuple[list[str], list[str]],
+    trigger_seconds: float,
+    stop: threading.Event,
+    report: Callable[[BatchReport], None],
+    sealer: Any,
+    checkpoint: str | None,
+    plan: Plan | None,
+    replan_every: float,
+) -> None:
+    """One streaming query over ``topics``, until ``stop`` or until
+    ``plan`` names a topic it does not read."""
     import tempfile
 
     from seqkeeper.spark_sink.job import run_compact
 
     changelogs, messages = topics
     every = [*changelogs, *messages]
-    spark.dataSource.register(OffsetsSource)
     busy = threading.Lock()
 
     def batch(frame: Any, batch_id: int) -> None:
@@ -267,6 +368,16 @@ def follow(
         finally:
             busy.release()
 
+    def more_topics() -> bool:
+        if plan is None:
+            return False
+        try:
+            now = plan()
+        except Exception as e:  # (a broker away for a moment: asked again later)
+            log.warning("follow: listing the topics failed: %s", e)
+            return False
+        return bool({*now[0], *now[1]} - set(every))
+
     with tempfile.TemporaryDirectory(prefix="seqkeeper-follow-") as scratch:
         query = (
             spark.readStream.format(NAME)
@@ -281,8 +392,12 @@ def follow(
             .start()
         )
         try:
+            planned = time.monotonic()
             while query.isActive and not stop.wait(0.5):
-                pass
+                if time.monotonic() - planned >= replan_every:
+                    planned = time.monotonic()
+                    if more_topics():
+                        break
             failure = query.exception()
         finally:
             with busy:  # after the batch under way, if any

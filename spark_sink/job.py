@@ -83,10 +83,23 @@ def spark_session(master: str) -> Any:
             builder.config("spark.driver.bindAddress", "127.0.0.1")
             .config("spark.driver.host", "127.0.0.1")
             .config("spark.ui.enabled", "false")
+            # Spark's default, 200 partitions per shuffle, sized for a
+            # cluster: on one machine a run's windows and joins spent more
+            # on those tasks than on the records (a follow micro-batch most)
+            .config("spark.sql.shuffle.partitions", str(2 * _local_cores(master)))
         )
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")  # the CLI shows progress itself
     return spark
+
+
+def _local_cores(master: str) -> int:
+    """The cores of a local master: ``local`` 1, ``local[4]`` 4,
+    ``local[*]`` (or ``local[4,2]``, with retries) this machine's or 4."""
+    inside = master.partition("[")[2].partition("]")[0].split(",")[0]
+    if inside.isdigit():
+        return max(1, int(inside))
+    return (os.cpu_count() or 2) if inside == "*" else 1
 
 
 def planned_topics(settings: Settings) -> tuple[list[str], list[str]]:

@@ -64,15 +64,18 @@ class LegacyWarehouse(ValueError):
     """The warehouse holds the ``_LATEST`` layout of earlier versions."""
 
 
+class CatalogUnavailable(RuntimeError):
+    """The REST catalog of ``SEQKEEPER_ICEBERG_CATALOG`` did not answer, or
+    answered with an error, before anything was committed."""
+
+
 def catalog(warehouse: Path) -> Any:
     """The catalog of ``warehouse``: the REST catalog of
     ``SEQKEEPER_ICEBERG_CATALOG`` when set, else the SQL catalog on
     ``<warehouse>/catalog.db``."""
     uri = uri_of_rest()
     if uri:
-        from pyiceberg.catalog.rest import RestCatalog
-
-        return RestCatalog(NAMESPACE, uri=uri, warehouse=str(warehouse))
+        return _rest(uri, warehouse)
     import fcntl
 
     from pyiceberg.catalog.sql import SqlCatalog
@@ -90,6 +93,25 @@ def catalog(warehouse: Path) -> Any:
         )
         sql.create_namespace_if_not_exists(NAMESPACE)
         return sql
+
+
+def _rest(uri: str, warehouse: Path) -> Any:
+    """The REST catalog at ``uri``, with the namespace of the tables."""
+    from pyiceberg.catalog.rest import RestCatalog
+    from pyiceberg.exceptions import RESTError
+    from requests.exceptions import RequestException
+
+    try:
+        rest = RestCatalog(NAMESPACE, uri=uri, warehouse=str(warehouse))
+        rest.create_namespace_if_not_exists(NAMESPACE)
+    except (RequestException, RESTError, ValueError) as e:
+        reason = type(e).__name__ if isinstance(e, RequestException) else str(e).splitlines()[0]
+        raise CatalogUnavailable(
+            f"the Iceberg REST catalog at {uri} ({CATALOG_ENV}) did not answer as one "
+            f"({reason}); check the URL and that the catalog runs, or unset {CATALOG_ENV} "
+            "for the embedded catalog in the warehouse"
+        ) from None
+    return rest
 
 
 def uri_of_rest() -> str:

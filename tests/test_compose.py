@@ -153,6 +153,10 @@ def test_the_services_are_kafka_both_workers_and_the_spark_side() -> None:
     assert command_args(s["compact"])[0] == "compact"
     assert "spark" in s["compact"].get("profiles", []), "compact must be a one-shot profile"
     assert "warehouse" in {named_volume(v)[0] for v in s["compact"].get("volumes", [])}
+    # the store kept current: compact --follow, its metrics published on loopback
+    follow = command_args(s["store"])
+    assert follow[0] == "compact" and "--follow" in follow and "--metrics-port" in follow
+    assert "warehouse" in {named_volume(v)[0] for v in s["store"].get("volumes", [])}
 
 
 def test_containers_reach_kafka_on_an_advertised_listener() -> None:

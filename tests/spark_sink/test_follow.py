@@ -1,15 +1,19 @@
 """``seqkeeper compact --follow`` as a user runs it: records published while
-it runs reach the Iceberg tables within a few triggers; killed with -9
-(Spark's JVM with it) and restarted, the audit holds every record once."""
+it runs reach the Iceberg tables within a few triggers, topics created after
+it started included; its lag is a Prometheus metric on loopback only; killed
+with -9 (Spark's JVM with it) and restarted, the audit holds every record
+once."""
 
 from __future__ import annotations
 
 import asyncio
 import os
+import re
 import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import orjson
@@ -18,7 +22,8 @@ import pytest
 from seqkeeper.spark_sink import tables
 from seqkeeper.spark_sink.follow import at_least, lag, oldest_pending
 from seqkeeper.topics import create_topics
-from tests.spark_sink.cli_env import changelog_and_ordered, compact_env
+from tests.security.test_bind import outcome, own_addresses
+from tests.spark_sink.cli_env import compact_env
 from tests.spark_sink.test_audit import send
 from tests.spark_sink.test_snapshots import put
 
@@ -58,36 +63,54 @@ def test_follow_keeps_the_store_current_and_a_kill_neither_doubles_nor_loses(
     broker, make_settings, tmp_path
 ) -> None:
     settings = make_settings()
-    changelog, ordered = changelog_and_ordered(broker.bootstrap, settings)
+    # the changelog comes later, while it runs (a worker started after it)
+    changelog = f"{settings.runtime.app_id}-state-changelog"
+    ordered = settings.ordered.ordered_topic
+    asyncio.run(create_topics(broker.bootstrap, [ordered], 2))
     warehouse = tmp_path / "w"
     env = compact_env(settings)
     cmd = [sys.executable, "-m", "seqkeeper", "compact", "-b", broker.bootstrap]
     cmd += ["--warehouse", str(warehouse), "--master", "local[2]"]
     cmd += ["--app-id", settings.runtime.app_id, "--follow", "--trigger-seconds", "1"]
 
-    def start(n: int) -> tuple[subprocess.Popen, Path]:
+    def start(n: int, *extra: str) -> tuple[subprocess.Popen, Path]:
         log = tmp_path / f"follow-{n}.log"
         proc = subprocess.Popen(
-            cmd, env=env, start_new_session=True, stdout=log.open("w"), stderr=subprocess.STDOUT
+            [*cmd, *extra],
+            env=env,
+            start_new_session=True,
+            stdout=log.open("w"),
+            stderr=subprocess.STDOUT,
         )
         return proc, log
 
-    def publish(lo: int, hi: int) -> None:
+    def publish(lo: int, hi: int, changelog_too: bool = True) -> None:
         asyncio.run(
             send(
                 broker.bootstrap,
                 [(ordered, b"k%d" % (i % 5), event(i), None) for i in range(lo, hi)],
             )
         )
-        asyncio.run(
-            put(broker.bootstrap, changelog, [(b"k%d" % (i % 7), b"%d" % i) for i in range(lo, hi)])
-        )
+        if changelog_too:
+            asyncio.run(
+                put(
+                    broker.bootstrap,
+                    changelog,
+                    [(b"k%d" % (i % 7), b"%d" % i) for i in range(lo, hi)],
+                )
+            )
+
+    def metric(port: int, name: str) -> float | None:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+            text = r.read().decode()
+        found = re.search(rf"^{name} (\S+)$", text, re.M)
+        return None if found is None else float(found[1])
 
     def expected(n: int) -> dict[bytes, bytes]:
         return {b"k%d" % (i % 7): b"%d" % i for i in range(n)}
 
-    publish(0, 30)
-    proc, log = start(1)
+    publish(0, 30, changelog_too=False)
+    proc, log = start(1, "--metrics-port", "0")
     try:
         # Spark's start included. A batch is several Spark jobs: 20-35 s each
         # on a loaded 2-core machine (the margins are for such a machine)
@@ -97,11 +120,26 @@ def test_follow_keeps_the_store_current_and_a_kill_neither_doubles_nor_loses(
             proc,
             log,
         )
+        served = re.search(r"metrics at http://127\.0\.0\.1:(\d+)/metrics", log.read_text())
+        assert served, log.read_text()
+        port = int(served[1])
+        wait_for(lambda: metric(port, "seqkeeper_store_rows_total") == 30, 30, proc, log)
+        assert metric(port, "seqkeeper_store_lag_records") == 0
+        assert metric(port, "seqkeeper_store_topics") == 1
+        for address in own_addresses()[:1]:  # (SEQKEEPER_WEB_HOST: loopback by default)
+            assert outcome(address, port) == "refused"
+        # a topic created while it runs is followed from its first record
+        asyncio.run(create_topics(broker.bootstrap, [changelog], 2))
+        asyncio.run(
+            put(broker.bootstrap, changelog, [(b"k%d" % (i % 7), b"%d" % i) for i in range(30)])
+        )
         publish(30, 60)
-        wait_for(lambda: len(audit_ids(warehouse)) == 60, 90, proc, log)
-        assert snapshot_values(warehouse) == expected(60)
+        wait_for(lambda: len(audit_ids(warehouse)) == 60, 120, proc, log)
+        wait_for(lambda: snapshot_values(warehouse) == expected(60), 90, proc, log)
+        assert "following new topics: " + changelog in log.read_text()
         # (the batch logs after its commit)
         wait_for(lambda: "store lag: 0 records behind the topics" in log.read_text(), 30, proc, log)
+        assert metric(port, "seqkeeper_store_topics") == 2
         # killed while records keep coming: mid-batch or between batches
         publish(60, 80)
         time.sleep(1.5)
