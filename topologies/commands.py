@@ -455,7 +455,7 @@ class CommandTopology(OutboxOwner):
                 d.receipt.error,
             )
         stored = entity if d.entity is None else d.entity  # as persisted now
-        if (d.dispatch or d.ended) and stored.outbox:  # (an end's entry may hold nothing)
+        if (d.dispatch or d.entry) and stored.outbox:  # (an entry may hold nothing)
             pending = self.outbox.confirms.setdefault((partition, entity_id), set())
             pending.update(cid for cid, _ in stored.outbox)
 
