@@ -800,7 +800,8 @@ def recovered_receipt(
     what a copy needs: the status (a dead letter: FAILED; else the reply's
     ``success``, a failure naming no entity version being an expiry; else
     events only: COMPLETED), the reply sent (sent again on request), the
-    correlationId. The command type, receive time and attempts come from
+    correlationId (an entry holding nothing, a quiet command's, tells none:
+    the shell passes ``known`` or ``command`` then). The command type, receive time and attempts come from
     ``command`` and ``known`` (else from the dead letter's command; a type
     found nowhere is ``""``).
     """

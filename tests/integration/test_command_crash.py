@@ -246,3 +246,5 @@ def test_a_quiet_command_cut_between_entity_and_receipt_is_applied_once(
     receipt = found["command"]
     assert (receipt["status"], receipt["dispatched"], receipt["reply"]) == ("COMPLETED", True, None)
     assert events == []  # nothing to send, nothing sent
+    assert receipt["command_type"] == "Touch"  # (the copy's, not guessed from an empty entry)
+    assert [c["command"]["message_id"] for c in lookup(table, correlation_id="corr-m1")] == ["m1"]
