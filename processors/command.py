@@ -440,6 +440,9 @@ class Decision:
     applied: bool = False
     #: the handler ended the entity (:class:`End`)
     ended: bool = False
+    #: the command's outbox entry was added to ``entity`` (it may hold
+    #: nothing to send): the shell marks it once the batch is committed
+    entry: bool = False
 
 
 @value
@@ -672,14 +675,27 @@ def decide(
                 tuple(headers),
             )
             messages += (letter,)
-        # An ending command keeps an outbox entry even with nothing to send:
-        # the entity record is written (deleted) before the receipt, and
-        # without the entry a crash between the two would leave no trace of
-        # the command, and a copy would run again on a new entity.
-        entry = bool(messages) or ended
+        # An applied command keeps an outbox entry even with nothing to send
+        # (no events, no replyTo; an End's too) unless its entity and
+        # receipt commit together (``transactional``): the entity record is
+        # written (or deleted) before the receipt, and without the entry a
+        # crash between the two would leave no trace of the command but its
+        # effect, so a copy would be applied again (issue 44, point 7). The
+        # mark drops the entry after the receipt is written (after a crash,
+        # the sweep's: recovered_receipt). A command not applied writes no
+        # entity, so a copy after such a crash is decided again alike.
+        entry = bool(messages) or (new is not None and not transactional)
         stored_entity = replace(base, outbox=(*base.outbox, (mid, messages))) if entry else new
         rec = record(status, error, answer, dispatched=not entry)
-        return Decision(stored_entity, rec, messages, dead, applied=new is not None, ended=ended)
+        return Decision(
+            stored_entity,
+            rec,
+            messages,
+            dead,
+            applied=new is not None,
+            ended=ended,
+            entry=entry,
+        )
 
     handler = registry.handlers.get((command.command_type, command.schema_version))
     if handler is None:
@@ -784,7 +800,8 @@ def recovered_receipt(
     what a copy needs: the status (a dead letter: FAILED; else the reply's
     ``success``, a failure naming no entity version being an expiry; else
     events only: COMPLETED), the reply sent (sent again on request), the
-    correlationId. The command type, receive time and attempts come from
+    correlationId (an entry holding nothing, a quiet command's, tells none:
+    the shell passes ``known`` or ``command`` then). The command type, receive time and attempts come from
     ``command`` and ``known`` (else from the dead letter's command; a type
     found nowhere is ``""``).
     """

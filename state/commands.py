@@ -32,7 +32,9 @@ the receipt before the entity. What such a sweep finds stale it ignores and
 deletes. So a command's decision is always remembered by its outbox entry
 or its receipt: a crash between the entity and the receipt leaves the entry
 alone, and the dispatch writes the receipt the entry tells
-(:func:`processors.command.recovered_receipt`) before it drops the entry.
+(:func:`processors.command.recovered_receipt`) before it drops the entry
+(an entry holding nothing, a quiet command's, tells no correlationId: it
+waits for the command, read again, to write its receipt).
 
 The layout without tenants is read, never written: ``r`` + messageId ->
 the receipt, ``w`` + messageId, ``c`` + correlationId + NUL + messageId,

@@ -455,7 +455,8 @@ class CommandTopology(OutboxOwner):
                 d.receipt.error,
             )
         stored = entity if d.entity is None else d.entity  # as persisted now
-        if (d.dispatch or d.ended) and stored.outbox:  # (an end's entry may hold nothing)
+        # (an entry may hold nothing; a copy may write the receipt it lacked)
+        if (d.dispatch or d.entry or (d.duplicate and d.receipt)) and stored.outbox:
             pending = self.outbox.confirms.setdefault((partition, entity_id), set())
             pending.update(cid for cid, _ in stored.outbox)
 
@@ -638,6 +639,13 @@ class CommandTopology(OutboxOwner):
                 if messages is None:
                     continue
                 receipt = self.store.receipt(partition, receipt_id(tenant, cid))
+                if receipt is None and not messages:
+                    # A quiet command's entry (nothing to send) tells no
+                    # correlationId or type. The crash that cut its receipt
+                    # came before its input offset was committed, so the
+                    # command is read again: that copy writes the receipt
+                    # (decide) and its confirm marks the entry.
+                    continue
                 # The entity (with this outbox entry) is written before the
                 # command's receipt, so a crash between the two leaves the
                 # entry alone (or beside the PROCESSING receipt of the attempt

@@ -433,3 +433,28 @@ def test_under_exactly_once_a_copy_sends_only_a_reply_it_asks_for_after_the_answ
     shell.offer(c, 5.0, transactional=True)
     assert shell.receipt("add").status == "COMPLETED" and len(shell.sent("add:1")) == 1
     assert len(shell.sent("add:reply")) == 2
+
+
+@pytest.mark.parametrize("transactional", [False, True])
+def test_a_quiet_command_keeps_an_empty_entry_until_marked_unless_transactional(
+    transactional: bool,
+) -> None:
+    registry = Registry()
+    registry.register("Touch")(lambda state, c: ({"touched": True}, []))  # no events
+    quiet = command("q", "Touch", "a", {}, replyTo=None)  # and no reply
+    d = decide(registry, Entity(2, {}), None, quiet, 1.0, transactional=transactional)
+    assert d.applied and d.dispatch == () and d.receipt is not None
+    assert d.receipt.status == "COMPLETED"
+    if transactional:  # entity and receipt commit together: no trace needed
+        assert d.entity == Entity(3, {"touched": True}) and d.receipt.dispatched
+        assert not d.entry
+        return
+    # at_least_once: the entity is written before the receipt, the entry is
+    # the command's trace if a crash cuts the receipt
+    assert d.entity == Entity(3, {"touched": True}, (("q", ()),)) and d.entry
+    assert not d.receipt.dispatched
+    cut = decide(registry, d.entity, None, quiet, 2.0)  # a copy, the receipt lost
+    assert cut.duplicate and cut.dispatch == () and not cut.applied and cut.entity is None
+    assert cut.receipt is not None and cut.receipt.status == "COMPLETED"
+    entity, receipt = mark_dispatched(d.entity, d.receipt, "q", 3.0)
+    assert entity == Entity(3, {"touched": True}) and receipt is not None and receipt.dispatched

@@ -1,7 +1,8 @@
 """A receipt recovered from an outbox entry (processors/command.py,
 ``recovered_receipt``) says what the receipt the crash cut would have said:
-status, error, reply and correlationId always; the command type, receive
-time and attempts as far as the command, the receipt before, or the
+status, error, reply and correlationId always (an entry holding nothing, a
+quiet command's, with the command or the receipt before); the command type,
+receive time and attempts as far as the command, the receipt before, or the
 messages tell."""
 
 from __future__ import annotations
@@ -81,6 +82,10 @@ def test_a_recovered_receipt_says_what_the_lost_one_said(
     lost = d.receipt
     messages = d.entity.pending("m1")
     assert messages is not None
+    if not messages and not (given_ == "command" or (given_ == "known" and before is not None)):
+        # a quiet command's entry alone tells no correlationId: the shell
+        # waits for the command's copy (CommandTopology.confirm)
+        return
     found = recovered_receipt(
         cmd.entity,
         "m1",

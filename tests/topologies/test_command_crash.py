@@ -16,6 +16,9 @@ part, the next batch taken meanwhile) runs the command worker:
   last cycle; the committed events and dead letters hold each messageId
   once (a copy of a command sends none of them again).
 
+Quiet commands (a handler that emits no event, a command without
+``replyTo``) are among them: nothing to send, yet applied once.
+
 The input holds every command one to three times, in any order, so copies
 arrive before and after their command's confirmation; at the end one more
 copy of each arrives once everything is confirmed. Handlers are not
@@ -66,6 +69,7 @@ TOPICS = (EVENTS, DLQ, *(f"{t}.replies" for t in TENANTS))
 #: what each kind of command must come to: (applied, receipt status)
 KINDS = {
     "Append": (True, "COMPLETED"),
+    "Quiet": (True, "COMPLETED"),  # applied, emits no event (quiet too when sent without replyTo)
     "Flaky": (True, "COMPLETED"),  # fails transiently on its first run ever, then applies
     "Refuse": (False, "FAILED"),  # a DomainError
     "Nope": (False, "FAILED"),  # no handler: dead-lettered
@@ -83,6 +87,10 @@ def handlers(failed: set[str]) -> Registry:
     def append(state: Any, command: Command) -> tuple[Any, list[Event]]:
         nonce = random.random()
         return [*(state or []), [command.message_id, nonce]], [Event("Appended", nonce)]
+
+    @registry.register("Quiet")
+    def quiet(state: Any, command: Command) -> tuple[Any, list[Event]]:
+        return append(state, command)[0], []
 
     @registry.register("Flaky")
     def flaky(state: Any, command: Command) -> tuple[Any, list[Event]]:
@@ -144,7 +152,7 @@ def workloads(draw: st.DrawFn) -> tuple[list[Sent], list[Sent]]:
     numbered = dict.fromkeys(TENANTS, 0)
     for _ in range(draw(st.integers(1, 12))):
         tenant = draw(st.sampled_from(TENANTS))
-        kind = draw(st.sampled_from(["Append", "Append", "Append", *KINDS]))
+        kind = draw(st.sampled_from(["Append", "Append", "Quiet", *KINDS]))
         sku = draw(st.sampled_from(["a", "b"]))
         sent.append(Sent(tenant, f"m{numbered[tenant]}", kind, sku, draw(st.booleans())))
         numbered[tenant] += 1
@@ -293,6 +301,7 @@ def check(world: CommandWorld, sent: list[Sent]) -> None:
         (orjson.loads(r.value)["tenantId"], orjson.loads(r.value)["messageId"]) for r in out[DLQ]
     }
     entities = {c.entity for c in sent}
+    kinds = {(c.tenant, c.mid): c.kind for c in sent}
     for entity_id in entities:
         entity = store.entity(0, entity_id)
         mids = [mid for mid, _ in entity.state or []]
@@ -302,8 +311,11 @@ def check(world: CommandWorld, sent: list[Sent]) -> None:
         assert entity.version == len(mids) and entity.outbox == ()
         for version, (mid, nonce) in enumerate(entity.state or [], 1):
             tenant = unscoped(entity_id)[0]
-            event = orjson.loads(events[(tenant, output_id(tenant, mid, "1"))])
-            assert (event["data"], event["version"]) == (nonce, version), (tenant, mid)
+            event = events.get((tenant, output_id(tenant, mid, "1")))
+            assert (event is None) == (kinds[(tenant, mid)] == "Quiet"), (tenant, mid)
+            if event is not None:
+                assert orjson.loads(event)["data"] == nonce, (tenant, mid)
+                assert orjson.loads(event)["version"] == version, (tenant, mid)
             answer = replies.get((tenant, output_id(tenant, mid, "reply")))
             if answer is not None:
                 assert answer["success"] and answer["version"] == version
@@ -315,7 +327,8 @@ def check(world: CommandWorld, sent: list[Sent]) -> None:
         assert receipt is not None, (c.tenant, c.mid, c.kind)
         assert (receipt.status, receipt.dispatched) == (status, True), (c.tenant, c.mid, c.kind)
         assert receipt.correlation_id == f"corr-{c.tenant}-{c.mid}"
-        assert ((c.tenant, output_id(c.tenant, c.mid, "1")) in events) == applied
+        emits = applied and c.kind != "Quiet"
+        assert ((c.tenant, output_id(c.tenant, c.mid, "1")) in events) == emits
         assert ((c.tenant, c.mid) in dead) == (c.kind == "Nope")
         if c.reply:
             answer = replies[(c.tenant, output_id(c.tenant, c.mid, "reply"))]
@@ -366,11 +379,27 @@ RETRY_SWEPT_WHILE_PROCESSING = (
     [("record",), ("record",), ("rebalance",), ("tick",), ("crash", 0.25, None)],
 )
 
+#: Found by this test on the code before the fix (issue 44, point 7): a quiet
+#: command (no event, no replyTo) left no outbox entry; a crash kept its
+#: entity record (the new version) but not its receipt, and the copy read
+#: again from the committed offset was applied a second time.
+QUIET_CUT_BEFORE_ITS_RECEIPT = (
+    ([m0 := Sent("t1", "m0", "Quiet", "a", False)], [m0]),
+    [("record",), ("crash", 0.25, None)],
+)
+#: The same cut, its empty entry swept and confirmed before the copy is read.
+QUIET_SWEPT_BEFORE_ITS_COPY = (
+    ([m0 := Sent("t1", "m0", "Quiet", "a", False)], [m0]),
+    [("record",), ("crash", 0.5, None), ("rebalance",)],
+)
+
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(workloads(), scripts)
 @example(*SWEPT_WITHOUT_A_RECEIPT)
 @example(*RETRY_SWEPT_WHILE_PROCESSING)
+@example(*QUIET_CUT_BEFORE_ITS_RECEIPT)
+@example(*QUIET_SWEPT_BEFORE_ITS_COPY)
 def test_at_least_once_applies_each_command_once_whatever_crashes(
     work: tuple[list[Sent], list[Sent]],
     script: list[tuple],  # type: ignore[type-arg]
@@ -384,6 +413,8 @@ def test_at_least_once_applies_each_command_once_whatever_crashes(
 @given(workloads(), scripts)
 @example(*SWEPT_WITHOUT_A_RECEIPT)
 @example(*RETRY_SWEPT_WHILE_PROCESSING)
+@example(*QUIET_CUT_BEFORE_ITS_RECEIPT)
+@example(*QUIET_SWEPT_BEFORE_ITS_COPY)
 def test_exactly_once_applies_each_command_once_whatever_crashes(
     work: tuple[list[Sent], list[Sent]],
     script: list[tuple],  # type: ignore[type-arg]

@@ -138,11 +138,17 @@ def test_an_end_with_nothing_to_send_cut_before_its_receipt_is_not_run_again() -
     cut = max(i for i, (_, key, _) in enumerate(changelog) if key == entity_key(ENTITY)) + 1
     assert any(key.startswith(b"R") and b"m2" in key for _, key, _ in changelog[cut:])
     del changelog[cut:]
-    second = worker(LoggedStore(changelog))  # the sweep finds the entry, confirms it
+    # the sweep finds the entry and keeps it (it tells no correlationId or type)
+    second = worker(LoggedStore(changelog))
     second.confirm(second.take(), now=101.0)
     store = CommandStore(second.store.store)
+    assert store.receipt(0, receipt_id("t1", "m2")) is None
+    assert second.store.store.get(0, entity_key(ENTITY)) is not None
+    second.on_record(0, 1, b"acct", quiet, [], 1.0, 102.0)  # read again: a duplicate
+    second.confirm(second.take(), now=103.0)  # its receipt written, the entry marked
     receipt = store.receipt(0, receipt_id("t1", "m2"))
     assert receipt is not None and (receipt.status, receipt.dispatched) == ("COMPLETED", True)
+    assert (receipt.command_type, receipt.correlation_id) == ("Drop", "c-m2")
     assert second.store.store.get(0, entity_key(ENTITY)) is None
-    second.on_record(0, 1, b"acct", quiet, [], 1.0, 102.0)  # read again: a duplicate
+    second.on_record(0, 1, b"acct", quiet, [], 1.0, 104.0)  # and again: a duplicate
     assert calls == ["m2"]
