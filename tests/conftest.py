@@ -50,7 +50,7 @@ def broker() -> Iterator[Broker]:
     home = kafka_home_from_env()
     if home:
         with KafkaBroker(
-            home, log_path=Path(tempfile.gettempdir()) / "seqkeeper-test-kafka.log"
+            home, log_path=Path(tempfile.gettempdir()) / f"seqkeeper-test-kafka-{os.getpid()}.log"
         ) as kafka:
             yield Broker(kafka.bootstrap, "kafka", kafka)
         return
