@@ -63,6 +63,7 @@ import orjson
 from seqkeeper.processors.command import Entity, Outgoing, Receipt, scoped, unscoped
 from seqkeeper.state.base import Change, PartitionStore
 from seqkeeper.state.codecs import compact_json
+from seqkeeper.state.formats import MARKER
 
 _TIME = struct.Struct(">d")
 
@@ -367,6 +368,41 @@ class CommandStore:
         return done
 
 
+#: Old-layout receipts moved per listing (each listing reads the writes not
+#: yet committed once: a migration of many receipts must not list them all
+#: again after each move).
+MIGRATION_BATCH = 1000
+
+
+def migrate_old_layout(store: PartitionStore, partition: int) -> int:
+    """Move every receipt of the layout without tenants to its receipt id
+    (as a read would: :meth:`CommandStore._move`), then delete what is left
+    of the old layout (index entries a cut move left behind): the migration
+    to state format 2 (:mod:`state.formats`). Idempotent: what a crash
+    leaves is moved or deleted by the next run. How many receipts moved.
+    A table without the old families (the ordered worker's) is untouched."""
+    commands = CommandStore(store)
+    moved = 0
+    while True:
+        batch = [
+            k for k, _ in itertools.islice(store.items(partition, OLD_RECEIPT), MIGRATION_BATCH)
+        ]
+        if not batch:
+            break
+        for key in batch:
+            if commands._lift(partition, key[1:].decode("utf-8")) is not None:
+                moved += 1
+    for family in OLD_FAMILIES:
+        while True:
+            batch = [
+                k for k, _ in itertools.islice(store.items(partition, family), MIGRATION_BATCH)
+            ]
+            if not batch:
+                break
+            store.write(partition, [(k, None, ()) for k in batch])
+    return moved
+
+
 _INDEXES = {PENDING: "pending_outbox", RETRY: "retry", OLD_RETRY: "retry"}
 
 
@@ -374,7 +410,11 @@ def describe(store_key: bytes, value: bytes) -> tuple[str, str, str | None, str 
     """A command table entry in words: (family, subject, item, value as JSON
     text). Subjects are entity keys, receipt ids and scoped correlationIds
     (bare messageIds and correlationIds in the old layout); a correlation
-    entry's item is the messageId. Both layouts have the same family names."""
+    entry's item is the messageId. Both layouts have the same family names.
+    The state format marker (:data:`state.formats.MARKER`) is family
+    ``state_format``, no subject."""
+    if store_key == MARKER:
+        return "state_format", "", None, orjson.dumps(value.decode("ascii", "replace")).decode()
     family, rest = store_key[:1], store_key[1:]
     if family == ENTITY:
         return "entity", rest.decode("utf-8"), None, value.decode("utf-8")

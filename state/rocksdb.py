@@ -50,6 +50,7 @@ from operator import itemgetter
 from typing import Any
 
 from seqkeeper.state.base import Change, ChangelogSink, LocalTable, Record
+from seqkeeper.state.formats import MARKER, check_record
 
 #: Where :meth:`FaustRocksStore.mark` keeps its value in a partition's
 #: RocksDB (outside every family's prefix; never changelogged).
@@ -114,12 +115,16 @@ def apply_changelog(
     order and the offset of the last (and the format key: a standby's DB is
     never adopted), so that a crash keeps either both or neither (Faust's
     own apply path writes the offset in a separate put). The last offset
-    applied, per partition."""
+    applied, per partition. A state format marker this release cannot read
+    raises :class:`~seqkeeper.state.formats.NewerState` before anything
+    of the call is written."""
     from rocksdict import WriteBatch
 
     batches: dict[int, Any] = {}
     last: dict[int, int] = {}
     for partition, offset, key, value in records:
+        if key == MARKER:  # (one comparison per record: only restores and standbys pay it)
+            check_record(key, value, f"changelog partition {partition} at offset {offset}")
         batch = batches.get(partition)
         if batch is None:
             batch = batches[partition] = WriteBatch(raw_mode=True)
