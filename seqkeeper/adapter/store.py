@@ -30,9 +30,11 @@ def refuse_newer(error: NewerState) -> NoReturn:
     """A restore or a standby met state newer than this release reads: say
     so in one line and stop now, writing nothing more (Faust would log the
     recovery's crash with a traceback and go on without the partition)."""
-    print(f"error: {error}", file=sys.stderr, flush=True)
     logging.shutdown()
     sys.stdout.flush()
+    # to file descriptor 2 itself: a running Faust worker has replaced
+    # sys.stderr by a proxy that turns each line into a log record
+    os.write(2, f"error: {error}\n".encode())
     os._exit(NEWER_STATE_EXIT)
 
 
