@@ -10,14 +10,15 @@ too: a restore or a standby gets it with the state it describes. Its key
 starts with ``_``, a byte no family of either table starts with
 (:mod:`state.codecs`, :mod:`state.commands`), so it never names a user key.
 
-A worker knows the formats in :data:`FORMATS`, the newest
-(:data:`CURRENT`) being the one it writes. For each partition it is
-assigned (:func:`open_partition`):
+A worker knows the formats in :data:`FORMATS` and reads up to the newest
+(:data:`NEWEST`); it writes :data:`CURRENT`, the newest too except in a
+release that prepares readers (below). For each partition it is assigned
+(:func:`open_partition`):
 
 * no marker: the state is format 1 (written before markers existed);
 * a marker of a format the worker knows, or a newer one whose oldest reader
   it is: readable;
-* a newer format whose oldest reader is newer than :data:`CURRENT`:
+* a newer format whose oldest reader is newer than :data:`NEWEST`:
   refused (:class:`NewerState`, one line naming both formats). The same
   check runs on every marker record a restore or a standby applies
   (:func:`check_record`) and on the local databases at start.
@@ -34,9 +35,15 @@ number when an older worker would misread it, e.g. a new record family; an
 older number when older workers read it correctly, e.g. a new optional
 field they ignore) and the migration from the previous format (``None`` when
 state of the previous format is read as it is). Workers that write format N
-must only be rolled out after every worker runs a release that knows
-format N, or whose format is at least N's oldest reader
-(docs/operations.md, "Upgrades").
+must only be rolled out after every worker runs a release that reads
+format N (knows it, or knows N's oldest reader): when N's oldest reader is N
+itself, ship first a release with the entry and ``CURRENT = FORMATS[-2]``
+(it reads format N and still writes N - 1), then the release that writes
+it (docs/operations.md, "Upgrades"). The code that reads format N must
+therefore come with its entry, the code that writes it may wait; and format
+N must read what a release writing N - 1 adds to state marked N (during the
+roll, both write the same partitions in turn), such as a key without the
+new family's record.
 """
 
 from __future__ import annotations
@@ -79,7 +86,14 @@ FORMATS: tuple[Format, ...] = (
         _tenant_receipts,
     ),
 )
-CURRENT = FORMATS[-1]
+#: The newest format this release reads (refused: state whose oldest reader
+#: is newer).
+NEWEST = FORMATS[-1]
+#: The format this release migrates to, marks and writes: the newest, but
+#: for a release that prepares the readers of a format old releases cannot
+#: read (``FORMATS[-2]``: it reads the new format and still writes the
+#: previous one; docs/operations.md, "Upgrades").
+CURRENT = NEWEST
 
 
 class NewerState(Exception):
@@ -89,7 +103,7 @@ class NewerState(Exception):
         self.where, self.found, self.oldest_reader = where, found, oldest_reader
         super().__init__(
             f"{where} is in state format {found}, readable by format {oldest_reader} and "
-            f"newer; this release reads formats up to {CURRENT.number}: run a release that "
+            f"newer; this release reads formats up to {NEWEST.number}: run a release that "
             f"reads format {oldest_reader} (docs/operations.md, Upgrades)"
         )
 
@@ -118,7 +132,7 @@ def readable(raw: bytes | None, where: str) -> int:
     """The format of state marked ``raw``; :class:`NewerState` if this
     release cannot read it."""
     found, reader = decode_marker(raw)
-    if reader > CURRENT.number:
+    if reader > NEWEST.number:
         raise NewerState(where, found, reader)
     return found
 
@@ -132,7 +146,7 @@ def check_record(key: bytes, value: bytes | None, where: str) -> None:
 
 def migrations(found: int) -> list[Format]:
     """The formats state of format ``found`` goes through to :data:`CURRENT`."""
-    return [f for f in FORMATS if f.number > found]
+    return [f for f in FORMATS if found < f.number <= CURRENT.number]
 
 
 def open_partition(store: PartitionStore, partition: int, where: str) -> int:

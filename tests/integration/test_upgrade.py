@@ -47,15 +47,31 @@ def format_1_table(replies: str, now: float) -> list[tuple[bytes, bytes]]:
     the bare messageId (r, c, t), no ``trace`` in the receipt, no marker.
     Byte for byte, not through today's encoders."""
     reply = orjson.dumps(
-        {"messageId": "m1:reply", "correlationId": "corr-m1", "causationId": "m1",
-         "success": True, "data": STORED}  # fmt: skip
+        {
+            "messageId": "m1:reply",
+            "correlationId": "corr-m1",
+            "causationId": "m1",
+            "success": True,
+            "data": STORED,
+        }  # fmt: skip
     ).decode()
     receipt = orjson.dumps(
-        {"message_id": "m1", "status": "COMPLETED", "entity": "2:t1/sku-1",
-         "command_type": "AddStock", "correlation_id": "corr-m1", "received_at": now,
-         "updated_at": now, "attempts": 1, "error": None,
-         "reply": [replies, "sku-1", "m1:reply", reply, []], "dispatched": True,
-         "retry_at": None, "value": None, "origin": None}  # fmt: skip
+        {
+            "message_id": "m1",
+            "status": "COMPLETED",
+            "entity": "2:t1/sku-1",
+            "command_type": "AddStock",
+            "correlation_id": "corr-m1",
+            "received_at": now,
+            "updated_at": now,
+            "attempts": 1,
+            "error": None,
+            "reply": [replies, "sku-1", "m1:reply", reply, []],
+            "dispatched": True,
+            "retry_at": None,
+            "value": None,
+            "origin": None,
+        }  # fmt: skip
     )
     return [
         (b"e2:t1/sku-1", b'[1,{"available":3,"reserved":{}},[]]'),
@@ -67,9 +83,16 @@ def format_1_table(replies: str, now: float) -> list[tuple[bytes, bytes]]:
 
 def command(mid: str, replies: str, quantity: int) -> tuple[bytes, bytes]:
     return b"sku-1", orjson.dumps(
-        {"messageId": mid, "commandType": "AddStock", "schemaVersion": 1,
-         "correlationId": f"corr-{mid}", "partitionKey": "sku-1", "tenantId": "t1",
-         "replyTo": replies, "payload": {"quantity": quantity}}  # fmt: skip
+        {
+            "messageId": mid,
+            "commandType": "AddStock",
+            "schemaVersion": 1,
+            "correlationId": f"corr-{mid}",
+            "partitionKey": "sku-1",
+            "tenantId": "t1",
+            "replyTo": replies,
+            "payload": {"quantity": quantity},
+        }  # fmt: skip
     )
 
 
@@ -159,7 +182,10 @@ def test_format_1_state_is_migrated_and_marked(
     try:
         got = run_until_replied(world, worker, {"m1", "m2"})
         time.sleep(1.0)  # (a second reply or event would show)
-        replies, events = world.read(world.replies), world.read(world.settings.commands.events_topic)
+        replies, events = (
+            world.read(world.replies),
+            world.read(world.settings.commands.events_topic),
+        )
     finally:
         assert worker.stop() == 0
     log = worker.log()
@@ -202,8 +228,11 @@ def test_a_downgrade_is_refused_in_one_line_and_writes_nothing(
     else:  # a newer release's changelog, restored into a new data directory
         asyncio.run(publish(world.bootstrap, world.changelog, newer))
     asyncio.run(
-        publish(world.bootstrap, world.settings.commands.command_topic, [
-            command("m2", world.replies, 2)])  # fmt: skip
+        publish(
+            world.bootstrap,
+            world.settings.commands.command_topic,
+            [command("m2", world.replies, 2)],
+        )  # fmt: skip
     )
     before = world.read(world.changelog)
     code, log = refused(world.worker("downgrade").start())

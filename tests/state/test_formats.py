@@ -19,7 +19,7 @@ from rocksdict import Options, Rdict
 from seqkeeper.inspect import lookup
 from seqkeeper.state import codecs, formats
 from seqkeeper.state import commands as cmd
-from seqkeeper.state.formats import CURRENT, FORMATS, MARKER, Format, NewerState
+from seqkeeper.state.formats import CURRENT, FORMATS, MARKER, NEWEST, Format, NewerState
 from seqkeeper.state.integrity import refused_state
 from seqkeeper.state.memory import MemoryStore
 from seqkeeper.state.rocksdb import apply_changelog
@@ -51,7 +51,7 @@ def content(store: MemoryStore) -> dict[bytes, bytes]:
 # -- the registry and the marker -------------------------------------------------
 def test_the_registry_numbers_formats_one_by_one_and_writes_the_last() -> None:
     assert [f.number for f in FORMATS] == list(range(1, len(FORMATS) + 1))
-    assert CURRENT is FORMATS[-1] and CURRENT.number == 2
+    assert CURRENT is NEWEST is FORMATS[-1] and CURRENT.number == 2
     assert FORMATS[0].migrate is None  # (nothing before the first)
     assert all(1 <= f.oldest_reader <= f.number for f in FORMATS)
     assert formats.encode_marker() == b"2/1"  # format 1 workers read format 2 (lazily)
@@ -88,7 +88,7 @@ def test_state_without_a_marker_is_format_1() -> None:
 def test_state_is_refused_exactly_when_its_oldest_reader_is_newer(pair: tuple[int, int]) -> None:
     number, reader = pair
     raw = f"{number}/{reader}".encode()
-    if reader <= CURRENT.number:
+    if reader <= NEWEST.number:
         assert formats.readable(raw, "p") == number
         formats.check_record(MARKER, raw, "p")
         return
@@ -96,7 +96,7 @@ def test_state_is_refused_exactly_when_its_oldest_reader_is_newer(pair: tuple[in
         formats.readable(raw, "partition 3")
     line = str(refused.value)
     assert "\n" not in line
-    assert f"state format {number}," in line and f"formats up to {CURRENT.number}" in line
+    assert f"state format {number}," in line and f"formats up to {NEWEST.number}" in line
     assert line.startswith("partition 3 is in state format")
     with pytest.raises(NewerState):
         formats.check_record(MARKER, raw, "p")
@@ -214,10 +214,30 @@ def test_a_registered_format_3_is_one_entry(monkeypatch: pytest.MonkeyPatch) -> 
     three = Format(3, "a new family", 3, lambda store, p: ran.append(p))
     monkeypatch.setattr(formats, "FORMATS", (*FORMATS, three))
     monkeypatch.setattr(formats, "CURRENT", three)
+    monkeypatch.setattr(formats, "NEWEST", three)
     store = old_receipts(["m1"], set())
     assert formats.open_partition(store, 0, "p0") == 1  # format 1 -> 2 -> 3
     assert ran == [0] and store.get(0, MARKER) == b"3/3"
     assert not any(k[:1] in OLD_FAMILIES for k in content(store))
+    with pytest.raises(NewerState, match="formats up to 3"):
+        formats.readable(b"4/4", "p")
+
+
+def test_a_release_that_prepares_readers_reads_the_new_format_and_writes_the_old(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    ran: list[int] = []
+    three = Format(3, "a new family", 3, lambda store, p: ran.append(p))
+    monkeypatch.setattr(formats, "FORMATS", (*FORMATS, three))
+    monkeypatch.setattr(formats, "NEWEST", three)  # (CURRENT stays format 2)
+    store = old_receipts(["m1"], set())
+    assert formats.open_partition(store, 0, "p0") == 1
+    assert ran == [] and store.get(0, MARKER) == b"2/1"  # migrated to 2, not 3
+    newer = Recording()
+    newer.put(0, MARKER, b"3/3")  # what the next release wrote: read, kept
+    newer.changes.clear()
+    assert formats.open_partition(newer, 0, "p1") == 3 and newer.changes == []
+    formats.check_record(MARKER, b"3/3", "p")
 
 
 # -- the changelog and local databases -------------------------------------------
