@@ -47,7 +47,11 @@ first, and what is left of the old layout is deleted when a sweep meets it
 (the retry index at an assignment, the age index, or the forgetting of the
 new receipt). The retry and age sweeps list both layouts. A partition that
 held no key of the old layout when it was assigned skips all of this (a
-first-seen command would otherwise cost a second read).
+first-seen command would otherwise cost a second read). Since state
+formats (:mod:`state.formats`), a partition is migrated whole at its
+assignment (:func:`migrate_old_layout`, state format 2), so a worker finds
+no old key there; the readers stay for changelogs read as they are
+(``seqkeeper inspect``) and for a cut migration's leftovers.
 """
 
 from __future__ import annotations
@@ -61,9 +65,8 @@ from typing import Any
 import orjson
 
 from seqkeeper.processors.command import Entity, Outgoing, Receipt, scoped, unscoped
-from seqkeeper.state.base import Change, PartitionStore
+from seqkeeper.state.base import FORMAT_MARKER, Change, PartitionStore
 from seqkeeper.state.codecs import compact_json
-from seqkeeper.state.formats import MARKER
 
 _TIME = struct.Struct(">d")
 
@@ -411,9 +414,9 @@ def describe(store_key: bytes, value: bytes) -> tuple[str, str, str | None, str 
     text). Subjects are entity keys, receipt ids and scoped correlationIds
     (bare messageIds and correlationIds in the old layout); a correlation
     entry's item is the messageId. Both layouts have the same family names.
-    The state format marker (:data:`state.formats.MARKER`) is family
+    The state format marker (:data:`state.base.FORMAT_MARKER`) is family
     ``state_format``, no subject."""
-    if store_key == MARKER:
+    if store_key == FORMAT_MARKER:
         return "state_format", "", None, orjson.dumps(value.decode("ascii", "replace")).decode()
     family, rest = store_key[:1], store_key[1:]
     if family == ENTITY:

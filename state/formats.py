@@ -3,7 +3,7 @@ moves it to the layout it writes.
 
 Every partition of a seqkeeper table (the ordered worker's and the command
 worker's) carries one marker record, :data:`MARKER` ->
-``b"<format>/<oldest reader>"`` (e.g. ``b"2/1"``): the format its state
+``b"<format>/<oldest reader>"`` (e.g. ``b"2/2"``): the format its state
 was last written in, and the oldest format whose workers can still read
 it. The marker is an ordinary write of the table, so it is in the changelog
 too: a restore or a standby gets it with the state it describes. Its key
@@ -51,10 +51,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from seqkeeper.state.base import PartitionStore
+from seqkeeper.state.base import FORMAT_MARKER, PartitionStore
+from seqkeeper.state.commands import migrate_old_layout
 
 #: The marker's key in every partition of every seqkeeper table.
-MARKER = b"__seqkeeper\x00state_format__"
+MARKER = FORMAT_MARKER
 
 
 @dataclass(frozen=True)
@@ -66,24 +67,23 @@ class Format:
     number: int
     changed: str
     oldest_reader: int
-    migrate: Callable[[PartitionStore, int], None] | None = None
-
-
-def _tenant_receipts(store: PartitionStore, partition: int) -> None:
-    from seqkeeper.state.commands import migrate_old_layout
-
-    migrate_old_layout(store, partition)
+    migrate: Callable[[PartitionStore, int], object] | None = None
 
 
 #: Every format this release knows, oldest first; the last is written.
 FORMATS: tuple[Format, ...] = (
-    Format(1, "the first layout (no marker): command receipts keyed by bare messageId", 1),
+    # (unmarked state is format 1, even when the release before markers,
+    # which read both receipt layouts, wrote tenant-keyed receipts into it:
+    # the migration moves what is left of the old layout, if anything)
+    Format(1, "no marker: command receipts keyed by bare messageId", 1),
     Format(
         2,
         "command receipts and their indexes keyed by tenant and messageId "
         "(the layout without tenants moved); the state format marker",
-        1,
-        _tenant_receipts,
+        # a release writing format 1 looks for receipts under the bare
+        # messageId only: it would miss every moved one and apply a copy again
+        2,
+        migrate_old_layout,
     ),
 )
 #: The newest format this release reads (refused: state whose oldest reader

@@ -63,7 +63,8 @@ FAUST_OFFSET_KEY = b"__faust\x00offset__"
 #: its offset covers what it holds. A DB without it that holds state was
 #: written by a version that wrote RocksDB before the changelog acknowledged
 #: the writes (:mod:`seqkeeper.state.integrity` discards it after an
-#: unclean stop).
+#: unclean stop). (Local only, and not the state's layout: that is the
+#: changelogged marker of :mod:`seqkeeper.state.formats`.)
 FORMAT_KEY = b"__seqkeeper\x00format__"
 FORMAT = b"1"
 _OFFSET = struct.Struct(">q")

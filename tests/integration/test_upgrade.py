@@ -5,7 +5,7 @@ installed worker on a real broker (exactly_once where it has transactions):
   given to the worker as a data directory (a local RocksDB beside its
   changelog) or as a changelog alone, is migrated: a copy of a command
   decided then gets its stored reply byte for byte and runs nothing, a new
-  command continues the entity, and the marker ``2/1`` is in the changelog
+  command continues the entity, and the marker ``2/2`` is in the changelog
   and the local database, the old keys tombstoned;
 * state of a newer format (a downgrade) is refused in one line with exit
   code 4, from a data directory or a changelog, and nothing is written.
@@ -200,12 +200,12 @@ def test_format_1_state_is_migrated_and_marked(
     # migrated: the marker and the receipt under its receipt id in the
     # changelog, the old keys tombstoned; the local database the same
     table = world.changelog_table()
-    assert table[MARKER] == b"2/1"
+    assert table[MARKER] == b"2/2"
     assert {k: table[k] for k, _ in old[1:]} == {k: None for k, _ in old[1:]}
     moved = orjson.loads(table[b"R2:t1/m1"] or b"null")
     assert moved["message_id"] == "m1" and orjson.loads(moved["reply"][3])["data"] == STORED
     local = read_db(world.db_path())
-    assert local[MARKER] == b"2/1" and b"R2:t1/m1" in local
+    assert local[MARKER] == b"2/2" and b"R2:t1/m1" in local
     assert not [k for k in local if k[:1] in b"rct"], sorted(local)
 
 

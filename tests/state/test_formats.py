@@ -54,7 +54,8 @@ def test_the_registry_numbers_formats_one_by_one_and_writes_the_last() -> None:
     assert CURRENT is NEWEST is FORMATS[-1] and CURRENT.number == 2
     assert FORMATS[0].migrate is None  # (nothing before the first)
     assert all(1 <= f.oldest_reader <= f.number for f in FORMATS)
-    assert formats.encode_marker() == b"2/1"  # format 1 workers read format 2 (lazily)
+    # a release writing format 1 looks for receipts under bare messageIds only
+    assert formats.encode_marker() == b"2/2"
 
 
 def test_the_marker_is_no_family_of_either_table() -> None:
@@ -118,7 +119,7 @@ def old_receipts(mids: list[str], waiting_ids: set[str]) -> Recording:
 def expected_after_migration(mids: list[str], waiting_ids: set[str]) -> dict[bytes, bytes]:
     """Format 2 of the same receipts, built independently: each at its
     receipt id, with its indexes under the tenant-scoped keys."""
-    out: dict[bytes, bytes] = {MARKER: b"2/1"}
+    out: dict[bytes, bytes] = {MARKER: b"2/2"}
     for mid in mids:
         r = waiting() if mid in waiting_ids else receipt()
         r = replace(r, message_id=mid)
@@ -142,7 +143,7 @@ def test_format_1_state_is_migrated_then_marked(mids: list[str], data: Any) -> N
     store = old_receipts(mids, waiting_ids)
     assert formats.open_partition(store, 0, "p0") == 1
     assert content(store) == expected_after_migration(mids, waiting_ids)
-    assert store.changes[-1] == (MARKER, b"2/1")  # the marker last: a cut migration runs again
+    assert store.changes[-1] == (MARKER, b"2/2")  # the marker last: a cut migration runs again
     store.changes.clear()
     assert formats.open_partition(store, 0, "p0") == 2
     assert store.changes == []  # marked: nothing more to do
@@ -189,7 +190,7 @@ def test_the_ordered_table_gets_only_the_marker() -> None:
     store.put(0, codecs.key_state_key("w"), b"[1]")  # keys that start as old families would
     store.changes.clear()
     formats.open_partition(store, 0, "p0")
-    assert store.changes == [(MARKER, b"2/1")]
+    assert store.changes == [(MARKER, b"2/2")]
 
 
 def test_a_newer_partition_is_refused_and_nothing_is_written() -> None:
@@ -232,7 +233,7 @@ def test_a_release_that_prepares_readers_reads_the_new_format_and_writes_the_old
     monkeypatch.setattr(formats, "NEWEST", three)  # (CURRENT stays format 2)
     store = old_receipts(["m1"], set())
     assert formats.open_partition(store, 0, "p0") == 1
-    assert ran == [] and store.get(0, MARKER) == b"2/1"  # migrated to 2, not 3
+    assert ran == [] and store.get(0, MARKER) == b"2/2"  # migrated to 2, not 3
     newer = Recording()
     newer.put(0, MARKER, b"3/3")  # what the next release wrote: read, kept
     newer.changes.clear()
@@ -248,15 +249,15 @@ def test_a_changelog_marker_too_new_stops_the_apply_before_any_write(tmp_path: P
         with pytest.raises(NewerState, match="changelog partition 0 at offset 1"):
             apply_changelog(lambda p: db, records)
         assert list(db.keys()) == []
-        assert apply_changelog(lambda p: db, [(0, 0, MARKER, b"2/1")]) == {0: 0}
-        assert db.get(MARKER) == b"2/1"
+        assert apply_changelog(lambda p: db, [(0, 0, MARKER, b"2/2")]) == {0: 0}
+        assert db.get(MARKER) == b"2/2"
     finally:
         db.close()
 
 
 def test_a_local_database_too_new_is_refused_in_one_line(tmp_path: Path) -> None:
     tables = tmp_path / "tables"
-    for name, marker in (("t-0.db", b"2/1"), ("t-1.db", b"7/4")):
+    for name, marker in (("t-0.db", b"2/2"), ("t-1.db", b"7/4")):
         db = Rdict(str(tables / name), Options(raw_mode=True))
         db[MARKER] = marker
         db.close()
@@ -264,14 +265,14 @@ def test_a_local_database_too_new_is_refused_in_one_line(tmp_path: Path) -> None
     assert line is not None and "\n" not in line
     assert "t-1.db" in line and "state format 7" in line and "up to 2" in line
     db = Rdict(str(tables / "t-1.db"), Options(raw_mode=True))
-    db[MARKER] = b"2/1"
+    db[MARKER] = b"2/2"
     db.close()
     assert refused_state(tables) is None
     assert refused_state(tmp_path / "none") is None
 
 
 def test_snapshots_and_inspect_do_not_take_the_marker_for_a_key() -> None:
-    assert codecs.describe(MARKER, b"2/1") == ("state_format", "", None, '"2/1"')
-    assert cmd.describe(MARKER, b"2/1") == ("state_format", "", None, '"2/1"')
-    table = {MARKER: b"2/1"}
+    assert codecs.describe(MARKER, b"2/2") == ("state_format", "", None, '"2/2"')
+    assert cmd.describe(MARKER, b"2/2") == ("state_format", "", None, '"2/2"')
+    table = {MARKER: b"2/2"}
     assert lookup(table, message_id="m1") == [] and lookup(table, correlation_id="corr") == []
