@@ -250,3 +250,47 @@ def test_a_downgrade_is_refused_in_one_line_and_writes_nothing(
     ]
     if given == "data_dir":
         assert read_db(world.db_path()) == before_db
+
+
+def test_the_ordered_worker_reads_format_1_state_and_marks_it(
+    broker: Broker, make_settings, names, tmp_path: Path
+) -> None:
+    """The ordered table's format 1 (the key state in its first layout, JSON,
+    as the first release wrote it) from a changelog: read as it was (k1's
+    next expected sequence is 3: 3 goes out at once, and a new message of
+    sequence 2 is dead-lettered as a sequence conflict; state read as
+    empty would hold both back waiting for 1), and marked."""
+    exactly_once = not broker.is_tansu
+    isolation = "read_committed" if exactly_once else "read_uncommitted"
+    settings = make_settings(
+        partitions=1, processing_guarantee="exactly_once" if exactly_once else "at_least_once"
+    )
+    bootstrap, changelog = settings.broker.bootstrap, f"{settings.group_id}-state-changelog"
+    asyncio.run(create_topics(bootstrap, [*settings.topics(), changelog], 1))
+    # [next expected, buffered, gap since, skipped, seen head, seen tail, confirmed]
+    k1 = b"s\x00\x00\x00\x02k1"
+    asyncio.run(publish(bootstrap, changelog, [(k1, b"[3,0,null,[],0,0,2]")]))
+
+    def message(seq: int) -> tuple[bytes, bytes]:
+        return b"k1", orjson.dumps({"messageId": f"k1:{seq}:new", "seq": seq, "type": "T"})
+
+    asyncio.run(publish(bootstrap, settings.ordered.input_topic, [message(2), message(3)]))
+    worker = WorkerProcess(settings, tmp_path / "ordered.log").start()
+
+    def read(topic: str) -> list[Any]:
+        return asyncio.run(read_topic(bootstrap, topic, isolation=isolation))
+
+    try:
+        deadline = time.monotonic() + 90
+        while not (read(settings.ordered.ordered_topic) and read(settings.ordered.dlq_topic)):
+            worker.check_alive()
+            assert time.monotonic() < deadline, worker.log()[-3000:]
+            time.sleep(0.5)
+        time.sleep(1.0)  # (another output would show)
+        ordered, dead = read(settings.ordered.ordered_topic), read(settings.ordered.dlq_topic)
+    finally:
+        assert worker.stop() == 0
+    assert [orjson.loads(r.value)["seq"] for r in ordered] == [3]
+    assert len(dead) == 1 and b"sequence-conflict" in dead[0].value + str(dead[0].headers).encode()
+    table = {r.key: r.value for r in sorted(read(changelog), key=lambda r: r.offset)}
+    assert table[MARKER] == b"2/2"
