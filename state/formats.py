@@ -70,7 +70,7 @@ class Format:
     migrate: Callable[[PartitionStore, int], object] | None = None
 
 
-#: Every format this release knows, oldest first; the last is written.
+#: Every format this release knows, oldest first (it writes CURRENT).
 FORMATS: tuple[Format, ...] = (
     # (unmarked state is format 1, even when the release before markers,
     # which read both receipt layouts, wrote tenant-keyed receipts into it:
