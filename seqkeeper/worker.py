@@ -117,9 +117,11 @@ def tune_interpreter(settings: Settings) -> None:
 def run_worker(settings: Settings) -> None:
     """Run the worker in the foreground until SIGINT/SIGTERM (graceful stop)."""
 
+    from seqkeeper.adapter.store import NEWER_STATE_EXIT
     from seqkeeper.runtime.app import build_app
     from seqkeeper.runtime.guarantee import choose_guarantee
     from seqkeeper.runtime.task import LocalState, previous_members
+    from seqkeeper.state.integrity import refused_state
     from seqkeeper.topologies import commands, ordered
 
     # a token that cannot be used fails before any broker, as a bad value does
@@ -168,6 +170,11 @@ def run_worker(settings: Settings) -> None:
         )
         take_over_previous_members(settings, previous_members(settings.runtime.data_dir))
         app, task = build_app(settings, wiring(settings), beside=repartitioner(settings, codec))
+        # state a newer release wrote is refused before anything opens it
+        refused = refused_state(Path(app.conf.tabledir))
+        if refused is not None:
+            print(f"error: {refused}", file=sys.stderr, flush=True)
+            raise SystemExit(NEWER_STATE_EXIT)
         local = LocalState(settings.runtime.data_dir, Path(app.conf.tabledir))
         app.local_state_check = local.open(lambda line: print(line, flush=True))
         keep_member_ids(settings, local)

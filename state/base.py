@@ -11,6 +11,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, Protocol
 
+#: The key of each partition's state format marker (:mod:`state.formats`):
+#: ``_`` starts no family of either table, so it never names a user's key.
+FORMAT_MARKER = b"__seqkeeper\x00state_format__"
+
 #: One write: (key, value, no headers); a ``None`` value deletes the key.
 #: The same tuple is the changelog record a changelogged store produces.
 Change = tuple[bytes, bytes | None, tuple[()]]

@@ -39,6 +39,7 @@ import orjson
 from seqkeeper.processors.deduplicator import ALL_IDS, UNKNOWN, Seen, SeenWindow
 from seqkeeper.processors.envelope import Message, parse
 from seqkeeper.processors.resequencer import Emission, GapSkipped, KeyState
+from seqkeeper.state.base import FORMAT_MARKER
 
 KEY_STATE = b"s"
 BUFFER = b"b"
@@ -357,7 +358,10 @@ def decode_key_state(raw: bytes | None) -> tuple[KeyState, SeenWindow]:
 def describe(store_key: bytes, value: bytes) -> tuple[str, str, str | None, str]:
     """A state table entry in words: (family, sequence key, item, value as
     JSON text), for audit snapshots and ``inspect``. The buffer's value is
-    the original message's JSON text."""
+    the original message's JSON text. The state format marker
+    (:data:`state.base.FORMAT_MARKER`) is family ``state_format``, no key."""
+    if store_key == FORMAT_MARKER:
+        return "state_format", "", None, orjson.dumps(value.decode("ascii", "replace")).decode()
     family, key = store_key[:1], key_of(store_key)
     if family == KEY_STATE:
         state, window = decode_key_state(value)

@@ -49,7 +49,11 @@ first, and what is left of the old layout is deleted when a sweep meets it
 (the retry index at an assignment, the age index, or the forgetting of the
 new receipt). The retry and age sweeps list both layouts. A partition that
 held no key of the old layout when it was assigned skips all of this (a
-first-seen command would otherwise cost a second read).
+first-seen command would otherwise cost a second read). Since state
+formats (:mod:`state.formats`), a partition is migrated whole at its
+assignment (:func:`migrate_old_layout`, state format 2), so a worker finds
+no old key there; the readers stay for changelogs read as they are
+(``seqkeeper inspect``) and for a cut migration's leftovers.
 """
 
 from __future__ import annotations
@@ -63,7 +67,7 @@ from typing import Any
 import orjson
 
 from seqkeeper.processors.command import Entity, Outgoing, Receipt, scoped, unscoped
-from seqkeeper.state.base import Change, PartitionStore
+from seqkeeper.state.base import FORMAT_MARKER, Change, PartitionStore
 from seqkeeper.state.codecs import compact_json
 
 _TIME = struct.Struct(">d")
@@ -369,6 +373,41 @@ class CommandStore:
         return done
 
 
+#: Old-layout receipts moved per listing (each listing reads the writes not
+#: yet committed once: a migration of many receipts must not list them all
+#: again after each move).
+MIGRATION_BATCH = 1000
+
+
+def migrate_old_layout(store: PartitionStore, partition: int) -> int:
+    """Move every receipt of the layout without tenants to its receipt id
+    (as a read would: :meth:`CommandStore._move`), then delete what is left
+    of the old layout (index entries a cut move left behind): the migration
+    to state format 2 (:mod:`state.formats`). Idempotent: what a crash
+    leaves is moved or deleted by the next run. How many receipts moved.
+    A table without the old families (the ordered worker's) is untouched."""
+    commands = CommandStore(store)
+    moved = 0
+    while True:
+        batch = [
+            k for k, _ in itertools.islice(store.items(partition, OLD_RECEIPT), MIGRATION_BATCH)
+        ]
+        if not batch:
+            break
+        for key in batch:
+            if commands._lift(partition, key[1:].decode("utf-8")) is not None:
+                moved += 1
+    for family in OLD_FAMILIES:
+        while True:
+            batch = [
+                k for k, _ in itertools.islice(store.items(partition, family), MIGRATION_BATCH)
+            ]
+            if not batch:
+                break
+            store.write(partition, [(k, None, ()) for k in batch])
+    return moved
+
+
 _INDEXES = {PENDING: "pending_outbox", RETRY: "retry", OLD_RETRY: "retry"}
 
 
@@ -376,7 +415,11 @@ def describe(store_key: bytes, value: bytes) -> tuple[str, str, str | None, str 
     """A command table entry in words: (family, subject, item, value as JSON
     text). Subjects are entity keys, receipt ids and scoped correlationIds
     (bare messageIds and correlationIds in the old layout); a correlation
-    entry's item is the messageId. Both layouts have the same family names."""
+    entry's item is the messageId. Both layouts have the same family names.
+    The state format marker (:data:`state.base.FORMAT_MARKER`) is family
+    ``state_format``, no subject."""
+    if store_key == FORMAT_MARKER:
+        return "state_format", "", None, orjson.dumps(value.decode("ascii", "replace")).decode()
     family, rest = store_key[:1], store_key[1:]
     if family == ENTITY:
         return "entity", rest.decode("utf-8"), None, value.decode("utf-8")

@@ -64,3 +64,36 @@ def discard_corrupt(tabledir: Path, unclean: bool = False) -> list[tuple[Path, s
             shutil.rmtree(db)
             gone.append((db, problem))
     return gone
+
+
+def refused_state(tabledir: Path) -> str | None:
+    """The first local database under ``tabledir`` in a state format this
+    release cannot read (:mod:`seqkeeper.state.formats`): the line that
+    says so; ``None`` if every one is readable (or unreadable as a database:
+    the integrity check deals with those)."""
+    from rocksdict import AccessType, Options, Rdict
+
+    from seqkeeper.state.formats import MARKER, NewerState, readable
+
+    if not tabledir.is_dir():
+        return None
+    for path in sorted(tabledir.rglob("*.db")):
+        if not path.is_dir():
+            continue
+        options = Options(raw_mode=True)
+        options.create_if_missing(False)
+        try:
+            db = Rdict(str(path), options, access_type=AccessType.read_only(False))
+        except Exception:  # (corrupt: discarded and rebuilt by the integrity check)
+            continue
+        try:
+            raw = db.get(MARKER)
+        finally:
+            db.close()
+        try:
+            readable(raw, f"local state {path}")
+        except NewerState as refused:
+            return str(refused)
+        except ValueError:
+            continue  # (a marker that does not parse: the changelog rebuilds it)
+    return None

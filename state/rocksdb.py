@@ -50,6 +50,7 @@ from operator import itemgetter
 from typing import Any
 
 from seqkeeper.state.base import Change, ChangelogSink, LocalTable, Record
+from seqkeeper.state.formats import MARKER, check_record
 
 #: Where :meth:`FaustRocksStore.mark` keeps its value in a partition's
 #: RocksDB (outside every family's prefix; never changelogged).
@@ -62,7 +63,8 @@ FAUST_OFFSET_KEY = b"__faust\x00offset__"
 #: its offset covers what it holds. A DB without it that holds state was
 #: written by a version that wrote RocksDB before the changelog acknowledged
 #: the writes (:mod:`seqkeeper.state.integrity` discards it after an
-#: unclean stop).
+#: unclean stop). (Local only, and not the state's layout: that is the
+#: changelogged marker of :mod:`seqkeeper.state.formats`.)
 FORMAT_KEY = b"__seqkeeper\x00format__"
 FORMAT = b"1"
 _OFFSET = struct.Struct(">q")
@@ -114,12 +116,16 @@ def apply_changelog(
     order and the offset of the last (and the format key: a standby's DB is
     never adopted), so that a crash keeps either both or neither (Faust's
     own apply path writes the offset in a separate put). The last offset
-    applied, per partition."""
+    applied, per partition. A state format marker this release cannot read
+    raises :class:`~seqkeeper.state.formats.NewerState` before anything
+    of the call is written."""
     from rocksdict import WriteBatch
 
     batches: dict[int, Any] = {}
     last: dict[int, int] = {}
     for partition, offset, key, value in records:
+        if key == MARKER:  # (one comparison per record: only restores and standbys pay it)
+            check_record(key, value, f"changelog partition {partition} at offset {offset}")
         batch = batches.get(partition)
         if batch is None:
             batch = batches[partition] = WriteBatch(raw_mode=True)

@@ -31,8 +31,8 @@ from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TP
 from mode import Service
 
-from seqkeeper.adapter.store import RocksStore
-from seqkeeper.state.rocksdb import apply_changelog, reset_db
+from seqkeeper.adapter.store import RocksStore, apply_or_refuse
+from seqkeeper.state.rocksdb import reset_db
 
 log = logging.getLogger("seqkeeper.recovery")
 
@@ -99,7 +99,7 @@ class BatchRestore:
             records = [r for r in records if r.offset > seen]
         if records:
             table = recovery.tp_to_table[tp]
-            apply_changelog(
+            apply_or_refuse(
                 table.data._db_for_partition,
                 ((tp.partition, r.offset, r.key, r.value) for r in records),
             )

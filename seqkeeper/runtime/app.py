@@ -27,7 +27,7 @@ from seqkeeper.adapter.diagnostics import install_diagnostics
 from seqkeeper.adapter.producer import PRODUCER_BATCH_BYTES
 from seqkeeper.adapter.recovery import watch_restores
 from seqkeeper.adapter.routing import own_url, owners
-from seqkeeper.adapter.store import STORE_URL
+from seqkeeper.adapter.store import STORE_URL, refuse_newer
 from seqkeeper.adapter.tables import RocksTable, raw_table
 from seqkeeper.adapter.transactions import TransactionalProducers
 from seqkeeper.adapter.web import quiet_bad_requests
@@ -43,6 +43,7 @@ from seqkeeper.runtime.queries import Access, Placement, admit, answer
 from seqkeeper.runtime.task import Task, TaskState
 from seqkeeper.security import ClientSecurity
 from seqkeeper.settings import Settings
+from seqkeeper.state.formats import NewerState, open_partitions
 from seqkeeper.state.rocksdb import FaustRocksStore
 
 #: The worker's exit code when a transaction was fenced or aborted.
@@ -333,7 +334,16 @@ def build_app(
 
     @table.on_recover  # type: ignore[untyped-decorator]
     async def restored() -> None:
-        task.on_restored({tp.partition for tp in owned()})
+        partitions = {tp.partition for tp in owned()}
+        if task.state not in (TaskState.SUSPENDED, TaskState.CLOSED):
+            # before the topology reads the state: older formats migrated,
+            # a newer one refused (its marker came with a restore, or was
+            # in the local state: both checked before, this is the last word)
+            try:
+                open_partitions(store, partitions, table.name)
+            except NewerState as error:
+                refuse_newer(error)
+        task.on_restored(partitions)
 
     limit = settings.runtime.outbox_max
 

@@ -68,6 +68,7 @@ def state_entries() -> list[tuple[bytes, bytes | None]]:
     from seqkeeper.processors.resequencer import KeyState
     from seqkeeper.state import codecs
     from seqkeeper.state import commands as cmd
+    from seqkeeper.state.formats import MARKER
 
     msg = b'{"messageId":"m7","seq":7,"type":"T","data":{"email":"a@b","n":7}}'
     ordered = [
@@ -78,6 +79,7 @@ def state_entries() -> list[tuple[bytes, bytes | None]]:
         (codecs.buffer_key("k1", 6), None),  # confirmed and deleted
         (codecs.seen_id_key("k1", "m5"), codecs.encode_seen_id(Seen(2, 1.5, 40))),
         (codecs.seen_position_key("k1", 2), codecs.encode_seen_position("m5", 1.5)),
+        (MARKER, b"2/2"),  # each partition's state format
     ]
     out = Outgoing(None, "sku", "c1:0", b'{"messageId":"c1:0","data":{"email":"x@y"}}')
     receipt = Receipt("c1", "DONE", "sku", "AddStock", "corr", 1.0, 2.0, value=b'{"a":1}')
@@ -86,6 +88,7 @@ def state_entries() -> list[tuple[bytes, bytes | None]]:
         (cmd.receipt_key("c1"), cmd.encode_receipt(receipt)),
         (cmd.pending_key("sku"), b""),
         (cmd.correlation_prefix("corr") + b"c1", b""),
+        (MARKER, b"2/2"),
     ]
     return ordered + commands
 
@@ -98,13 +101,13 @@ def test_snapshots_are_decoded_and_optionally_encrypted(spark, broker, names, tm
     state, commands = f"{names['app_id']}-state-changelog", f"{names['app_id']}-commands-changelog"
     asyncio.run(create_topics(broker.bootstrap, [state, commands], 2))
     entries = state_entries()
-    asyncio.run(put(broker.bootstrap, state, entries[:7]))
-    asyncio.run(put(broker.bootstrap, commands, entries[7:]))
+    asyncio.run(put(broker.bootstrap, state, entries[:8]))
+    asyncio.run(put(broker.bootstrap, commands, entries[8:]))
     # the plain-Python reference: the last value per key, described
     reference = {}
     for topic, describe, items in (
-        (state, codecs.describe, entries[:7]),
-        (commands, cmd.describe, entries[7:]),
+        (state, codecs.describe, entries[:8]),
+        (commands, cmd.describe, entries[8:]),
     ):
         last = dict(items)
         reference[topic] = {k: describe(k, v) for k, v in last.items() if v is not None}
@@ -125,6 +128,7 @@ def test_snapshots_are_decoded_and_optionally_encrypted(spark, broker, names, tm
         "receipt",
         "pending_outbox",
         "correlation",
+        "state_format",
     }
     # encrypted: raw values and message-bearing decoded values sealed
     sealer = Sealer(b"s" * 32, ("email",))

@@ -1,0 +1,296 @@
+"""Upgrades of the state format (:mod:`seqkeeper.state.formats`) with the
+installed worker on a real broker (exactly_once where it has transactions):
+
+* state written as format 1 wrote it (receipts without tenants, no marker),
+  given to the worker as a data directory (a local RocksDB beside its
+  changelog) or as a changelog alone, is migrated: a copy of a command
+  decided then gets its stored reply byte for byte and runs nothing, a new
+  command continues the entity, and the marker ``2/2`` is in the changelog
+  and the local database, the old keys tombstoned;
+* state of a newer format (a downgrade) is refused in one line with exit
+  code 4, from a data directory or a changelog, and nothing is written.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from rocksdict import Options, Rdict
+
+from seqkeeper.demo import publish
+from seqkeeper.inspect import changelog_topic
+from seqkeeper.settings import Settings
+from seqkeeper.state.formats import MARKER
+from seqkeeper.topics import create_topics, read_topic
+from seqkeeper.worker import WorkerProcess
+from tests.conftest import Broker
+
+pytestmark = pytest.mark.integration
+
+#: Faust's table directory under SEQKEEPER_DATA_DIR (app version 1) and the
+#: command table's name: where the worker opens partition 0's RocksDB.
+TABLE_DB = Path("v1", "tables", "commands-0.db")
+FAUST_OFFSET_KEY = b"__faust\x00offset__"  # (its value: the offset in decimal)
+ADOPTED_KEY = b"__seqkeeper\x00format__"  # the previous release's "offset covers state" flag
+STORED = {"available": 3, "from": "format 1"}  # a reply the handler would never write
+
+
+def format_1_table(replies: str, now: float) -> list[tuple[bytes, bytes]]:
+    """t1's sku-1 after AddStock m1, as the previous release wrote it: the
+    entity under its tenant-scoped key, the receipt and its indexes under
+    the bare messageId (r, c, t), no ``trace`` in the receipt, no marker.
+    Byte for byte, not through today's encoders."""
+    reply = orjson.dumps(
+        {
+            "messageId": "m1:reply",
+            "correlationId": "corr-m1",
+            "causationId": "m1",
+            "success": True,
+            "data": STORED,
+        }  # fmt: skip
+    ).decode()
+    receipt = orjson.dumps(
+        {
+            "message_id": "m1",
+            "status": "COMPLETED",
+            "entity": "2:t1/sku-1",
+            "command_type": "AddStock",
+            "correlation_id": "corr-m1",
+            "received_at": now,
+            "updated_at": now,
+            "attempts": 1,
+            "error": None,
+            "reply": [replies, "sku-1", "m1:reply", reply, []],
+            "dispatched": True,
+            "retry_at": None,
+            "value": None,
+            "origin": None,
+        }  # fmt: skip
+    )
+    return [
+        (b"e2:t1/sku-1", b'[1,{"available":3,"reserved":{}},[]]'),
+        (b"ccorr-m1\x00m1", b""),
+        (b"rm1", receipt),
+        (b"t" + struct.pack(">d", now) + b"m1", b""),
+    ]
+
+
+def command(mid: str, replies: str, quantity: int) -> tuple[bytes, bytes]:
+    return b"sku-1", orjson.dumps(
+        {
+            "messageId": mid,
+            "commandType": "AddStock",
+            "schemaVersion": 1,
+            "correlationId": f"corr-{mid}",
+            "partitionKey": "sku-1",
+            "tenantId": "t1",
+            "replyTo": replies,
+            "payload": {"quantity": quantity},
+        }  # fmt: skip
+    )
+
+
+def write_db(path: Path, entries: list[tuple[bytes, bytes]]) -> None:
+    db = Rdict(str(path), Options(raw_mode=True))
+    try:
+        for key, value in entries:
+            db[key] = value
+    finally:
+        db.close()
+
+
+def read_db(path: Path) -> dict[bytes, bytes]:
+    db = Rdict(str(path), Options(raw_mode=True))
+    try:
+        return dict(db.items())
+    finally:
+        db.close()
+
+
+class World:
+    """One test's topics and settings (one partition: one table database)."""
+
+    def __init__(self, broker: Broker, make_settings: Any, names: dict[str, str], tmp: Path):
+        self.exactly_once = not broker.is_tansu  # (the embedded broker has no transactions)
+        self.isolation = "read_committed" if self.exactly_once else "read_uncommitted"
+        self.settings: Settings = make_settings(
+            topology="commands",
+            partitions=1,
+            processing_guarantee="exactly_once" if self.exactly_once else "at_least_once",
+        )
+        self.tmp = tmp
+        self.replies = f"{names['app_id']}.replies"
+        self.changelog = changelog_topic(self.settings)
+        self.bootstrap = self.settings.broker.bootstrap
+        topics = [*self.settings.topics(), self.replies, self.changelog]
+        asyncio.run(create_topics(self.bootstrap, topics, 1))
+
+    def read(self, topic: str) -> list[Any]:
+        return asyncio.run(read_topic(self.bootstrap, topic, isolation=self.isolation))
+
+    def changelog_table(self) -> dict[bytes, bytes | None]:
+        last: dict[bytes, bytes | None] = {}
+        for r in sorted(self.read(self.changelog), key=lambda r: r.offset):
+            last[r.key] = r.value
+        return last
+
+    def worker(self, name: str) -> WorkerProcess:
+        return WorkerProcess(self.settings, self.tmp / f"{name}.log", cwd=self.tmp)
+
+    def db_path(self) -> Path:
+        return self.settings.runtime.data_dir / TABLE_DB
+
+
+def run_until_replied(world: World, worker: WorkerProcess, mids: set[str]) -> dict[str, bytes]:
+    deadline = time.monotonic() + 90
+    while True:
+        got = {orjson.loads(r.value)["causationId"]: r.value for r in world.read(world.replies)}
+        if mids <= set(got):
+            return got
+        worker.check_alive()
+        assert time.monotonic() < deadline, (sorted(mids - set(got)), worker.log()[-3000:])
+        time.sleep(0.5)
+
+
+@pytest.mark.parametrize("given", ["data_dir", "changelog"])
+def test_format_1_state_is_migrated_and_marked(
+    broker: Broker, make_settings, names, tmp_path: Path, given: str
+) -> None:
+    world = World(broker, make_settings, names, tmp_path)
+    old = format_1_table(world.replies, time.time())
+    asyncio.run(publish(world.bootstrap, world.changelog, old))
+    if given == "data_dir":  # the previous release's local state: the changelog's, at its end
+        world.db_path().parent.mkdir(parents=True)
+        write_db(
+            world.db_path(),
+            [*old, (FAUST_OFFSET_KEY, str(len(old) - 1).encode()), (ADOPTED_KEY, b"1")],
+        )
+    asyncio.run(
+        publish(
+            world.bootstrap,
+            world.settings.commands.command_topic,
+            [command("m1", world.replies, 3), command("m2", world.replies, 2)],  # m1: a copy
+        )
+    )
+    worker = world.worker("upgrade").start()
+    try:
+        got = run_until_replied(world, worker, {"m1", "m2"})
+        time.sleep(1.0)  # (a second reply or event would show)
+        replies, events = (
+            world.read(world.replies),
+            world.read(world.settings.commands.events_topic),
+        )
+    finally:
+        assert worker.stop() == 0
+    log = worker.log()
+    assert "Traceback" not in log, log[-3000:]
+    # m1 was decided under format 1: its stored reply, once, and no second run
+    first = orjson.loads(got["m1"])
+    assert first["data"] == STORED and first["messageId"] == "m1:reply"
+    assert [orjson.loads(r.value)["causationId"] for r in replies].count("m1") == 1
+    second = orjson.loads(got["m2"])
+    assert (second["success"], second["data"]["available"]) == (True, 5), second
+    assert [orjson.loads(e.value)["causationId"] for e in events] == ["m2"]
+    # migrated: the marker and the receipt under its receipt id in the
+    # changelog, the old keys tombstoned; the local database the same
+    table = world.changelog_table()
+    assert table[MARKER] == b"2/2"
+    assert {k: table[k] for k, _ in old[1:]} == {k: None for k, _ in old[1:]}
+    moved = orjson.loads(table[b"R2:t1/m1"] or b"null")
+    assert moved["message_id"] == "m1" and orjson.loads(moved["reply"][3])["data"] == STORED
+    local = read_db(world.db_path())
+    assert local[MARKER] == b"2/2" and b"R2:t1/m1" in local
+    assert not [k for k in local if k[:1] in b"rct"], sorted(local)
+
+
+def refused(worker: WorkerProcess, timeout: float = 90.0) -> tuple[int, str]:
+    assert worker.proc is not None
+    worker.proc.wait(timeout)
+    return worker.proc.returncode, worker.log()
+
+
+@pytest.mark.parametrize("given", ["data_dir", "changelog"])
+def test_a_downgrade_is_refused_in_one_line_and_writes_nothing(
+    broker: Broker, make_settings, names, tmp_path: Path, given: str
+) -> None:
+    world = World(broker, make_settings, names, tmp_path)
+    newer = [*format_1_table(world.replies, time.time()), (MARKER, b"3/3")]
+    if given == "data_dir":  # a newer release's local state (no changelog)
+        world.db_path().parent.mkdir(parents=True)
+        write_db(world.db_path(), [*newer, (ADOPTED_KEY, b"1")])
+        before_db = read_db(world.db_path())
+    else:  # a newer release's changelog, restored into a new data directory
+        asyncio.run(publish(world.bootstrap, world.changelog, newer))
+    asyncio.run(
+        publish(
+            world.bootstrap,
+            world.settings.commands.command_topic,
+            [command("m2", world.replies, 2)],
+        )  # fmt: skip
+    )
+    before = world.read(world.changelog)
+    code, log = refused(world.worker("downgrade").start())
+    assert code == 4, log[-3000:]
+    lines = [line for line in log.splitlines() if line.startswith("error:")]
+    where = "commands-0.db" if given == "data_dir" else "changelog partition 0 at offset 4"
+    assert len(lines) == 1 and where in lines[0], log[-3000:]
+    assert "state format 3," in lines[0] and "formats up to 2" in lines[0]
+    assert "Traceback" not in log, log[-3000:]
+    # nothing written: no reply, no event, the changelog as it was
+    assert world.read(world.replies) == []
+    assert world.read(world.settings.commands.events_topic) == []
+    assert [(r.key, r.value) for r in world.read(world.changelog)] == [
+        (r.key, r.value) for r in before
+    ]
+    if given == "data_dir":
+        assert read_db(world.db_path()) == before_db
+
+
+def test_the_ordered_worker_reads_format_1_state_and_marks_it(
+    broker: Broker, make_settings, names, tmp_path: Path
+) -> None:
+    """The ordered table's format 1 (the key state in its first layout, JSON,
+    as the first release wrote it) from a changelog: read as it was (k1's
+    next expected sequence is 3: 3 goes out at once, and a new message of
+    sequence 2 is dead-lettered as a sequence conflict; state read as
+    empty would hold both back waiting for 1), and marked."""
+    exactly_once = not broker.is_tansu
+    isolation = "read_committed" if exactly_once else "read_uncommitted"
+    settings = make_settings(
+        partitions=1, processing_guarantee="exactly_once" if exactly_once else "at_least_once"
+    )
+    bootstrap, changelog = settings.broker.bootstrap, f"{settings.group_id}-state-changelog"
+    asyncio.run(create_topics(bootstrap, [*settings.topics(), changelog], 1))
+    # [next expected, buffered, gap since, skipped, seen head, seen tail, confirmed]
+    k1 = b"s\x00\x00\x00\x02k1"
+    asyncio.run(publish(bootstrap, changelog, [(k1, b"[3,0,null,[],0,0,2]")]))
+
+    def message(seq: int) -> tuple[bytes, bytes]:
+        return b"k1", orjson.dumps({"messageId": f"k1:{seq}:new", "seq": seq, "type": "T"})
+
+    asyncio.run(publish(bootstrap, settings.ordered.input_topic, [message(2), message(3)]))
+    worker = WorkerProcess(settings, tmp_path / "ordered.log").start()
+
+    def read(topic: str) -> list[Any]:
+        return asyncio.run(read_topic(bootstrap, topic, isolation=isolation))
+
+    try:
+        deadline = time.monotonic() + 90
+        while not (read(settings.ordered.ordered_topic) and read(settings.ordered.dlq_topic)):
+            worker.check_alive()
+            assert time.monotonic() < deadline, worker.log()[-3000:]
+            time.sleep(0.5)
+        time.sleep(1.0)  # (another output would show)
+        ordered, dead = read(settings.ordered.ordered_topic), read(settings.ordered.dlq_topic)
+    finally:
+        assert worker.stop() == 0
+    assert [orjson.loads(r.value)["seq"] for r in ordered] == [3]
+    assert len(dead) == 1 and b"sequence-conflict" in dead[0].value + str(dead[0].headers).encode()
+    table = {r.key: r.value for r in sorted(read(changelog), key=lambda r: r.offset)}
+    assert table[MARKER] == b"2/2"
