@@ -55,6 +55,11 @@ class AuditRetention:
             entries[category] = None if n is None else int(n) * UNITS[match["unit"]]
         return cls(tuple(sorted(entries.items())))
 
+    def __str__(self) -> str:
+        """The policy as the setting's text (days as ``d``): parsed, it is
+        this policy again."""
+        return ",".join(f"{c}={'inf' if n is None else f'{n}d'}" for c, n in self.days)
+
     def of(self, category: str) -> int | None:
         """The days ``category``'s rows are kept (``None``: forever)."""
         named = dict(self.days)

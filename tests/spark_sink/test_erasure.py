@@ -155,6 +155,7 @@ def test_each_category_takes_its_own_or_the_default(named, category) -> None:
     policy = AuditRetention.parse(policy_text(named))
     expected = named.get(category, named.get(OTHERS))
     assert policy.of(category) == expected
+    assert AuditRetention.parse(str(policy)) == policy  # (as a worker's environment)
 
 
 @given(categories, retentions, days, days)
