@@ -396,7 +396,7 @@ def compact_audit(
         # rerun uses again, so its rows get the same bytes.
         keys = StreamKeys(warehouse, sealer)
         names = [r.stream_name for r in out.select("stream_name").distinct().collect()]
-        streams = {name: keys.ensure(name) for name in names}
+        streams = keys.ensure_all(names)
         out = _sealed_headers(_sealed(out, streams), streams)
     out = out.cache()
     count = out.count()

@@ -41,12 +41,13 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import hashlib
 import hmac
 import os
 import secrets
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -408,41 +409,62 @@ class StreamKeys:
         return kek.for_stream(key)
 
     def ensure(self, stream: str) -> Sealer:
-        """``stream``'s key, drawn and stored first if it has none. Two runs
-        drawing one at once: the first file stays, both use it (the file is
-        linked into place, which fails if it exists)."""
-        # (from the file, not the cache: a key forgotten since must not be
-        # used to seal new rows)
-        found = self._read(stream) if self.directory.is_dir() else None
-        if found is not None:
-            self._cache[stream] = found
-            return found
-        kek = self._kek()
-        key = secrets.token_bytes(32)
-        # the stream's name is kept with its key, so a rewrap can bind it
-        # again; forgetting deletes both
-        doc = {"stream": stream, "wrapped": kek.seal(key, self._wrap_context(stream))}
-        final = self.path(stream)
-        tmp = self._write_tmp(final, orjson.dumps(doc))
-        try:
-            os.link(tmp, final)
-            _sync_directory(final.parent)
-        except FileExistsError:
-            pass
-        finally:
-            tmp.unlink(missing_ok=True)
-        self._cache.pop(stream, None)
-        made = self.load(stream)
-        assert made is not None
-        return made
+        """``stream``'s key, drawn and stored first if it has none."""
+        return self.ensure_all([stream])[stream]
 
-    def _write_tmp(self, final: Path, content: bytes) -> Path:
+    def ensure_all(self, streams: Iterable[str]) -> dict[str, Sealer]:
+        """Each stream's key, those it has not drawn and stored first. Two
+        runs drawing one at once: the first file stays, both use it (a file
+        is linked into place, which fails if it exists). The new files'
+        contents are made durable by one sync before any is linked, not by
+        one fsync each (a run meets thousands of new streams)."""
+        out: dict[str, Sealer] = {}
+        missing = []
+        exists = self.directory.is_dir()
+        for stream in dict.fromkeys(streams):
+            # (from the file, not the cache: a key forgotten since must not
+            # seal new rows)
+            found = self._read(stream) if exists else None
+            if found is None:
+                missing.append(stream)
+            else:
+                out[stream] = self._cache[stream] = found
+        if not missing:
+            return out
+        kek = self._kek()
+        written = []
+        for stream in missing:
+            # the stream's name is kept with its key, so a rewrap can bind
+            # it again; forgetting deletes both
+            wrapped = kek.seal(secrets.token_bytes(32), self._wrap_context(stream))
+            final = self.path(stream)
+            content = orjson.dumps({"stream": stream, "wrapped": wrapped})
+            written.append((stream, final, self._write_tmp(final, content, sync=False)))
+        os.sync()  # every new file whole on disk before it takes its name
+        try:
+            for _, final, tmp in written:
+                with contextlib.suppress(FileExistsError):
+                    os.link(tmp, final)
+        finally:
+            for _, _, tmp in written:
+                tmp.unlink(missing_ok=True)
+        for parent in {final.parent for _, final, _ in written}:
+            _sync_directory(parent)
+        for stream, _, _ in written:
+            made = self._read(stream)
+            if made is None:  # (forgotten in between: it is forgotten)
+                raise AuditKeyError(f"the key of stream {stream!r} was deleted while drawn")
+            out[stream] = self._cache[stream] = made
+        return out
+
+    def _write_tmp(self, final: Path, content: bytes, sync: bool = True) -> Path:
         final.parent.mkdir(parents=True, exist_ok=True)
         tmp = final.with_name(f".{final.name}.{secrets.token_hex(6)}.tmp")
         with open(tmp, "wb") as f:
             f.write(content)
-            f.flush()
-            os.fsync(f.fileno())
+            if sync:
+                f.flush()
+                os.fsync(f.fileno())
         return tmp
 
     def forget(self, stream: str) -> bool:
@@ -496,7 +518,6 @@ class StreamKeys:
         return stream
 
     def _lock(self) -> Any:
-        import contextlib
         import fcntl
 
         @contextlib.contextmanager
