@@ -14,8 +14,12 @@ One row per message id per stream, as in message-db: a copy of a row
 the run's summary, not appended; a copy with other bytes is logged and
 counted, not appended (:mod:`processors.message_log`). Partitioned by
 ``category`` and ``day``. With a :class:`~spark_sink.crypto.Sealer`,
-marked ``data`` fields, the raw value and header values are encrypted; the
-commit record names the key's fingerprint and fields.
+marked ``data`` fields, the raw value and header values are encrypted,
+each stream's with its own data key (:class:`~spark_sink.crypto.StreamKeys`:
+``seqkeeper store forget`` destroys one); the commit record names the
+audit key's fingerprint and fields. :func:`apply_retention` deletes the
+rows past ``SEQKEEPER_AUDIT_RETENTION``; :func:`expire_store` the files
+only older snapshots still name.
 
 Storage: the Iceberg table ``seqkeeper.audit`` (:mod:`spark_sink.tables`),
 partitioned by ``category`` and ``day``; each run appends its rows in one
