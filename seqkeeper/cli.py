@@ -539,7 +539,17 @@ def compact(
                     markup=False,
                     soft_wrap=True,
                 )
-            done = run_compact(spark, settings, warehouse, step, sealer, topics, summaries.append)
+            retained: list[Any] = []  # what retention deleted
+            done = run_compact(
+                spark,
+                settings,
+                warehouse,
+                step,
+                sealer,
+                topics,
+                summaries.append,
+                retained=retained.append,
+            )
             bar.update(units, description="committed", completed=started)
             bar.update(tasks, visible=False)
         except (LostCommit, LegacyWarehouse) as e:
@@ -569,7 +579,7 @@ def compact(
             markup=False,
             soft_wrap=True,
         )
-        for summary in summaries:
+        for summary in [*summaries, *retained]:
             console.print(summary.text(), markup=False, highlight=False, soft_wrap=True)
     if purge_days is not None:
         from seqkeeper.spark_sink.audit import purge_audit
@@ -700,7 +710,8 @@ def reseal_summary(report: Any, sealer: Any) -> tuple[str, int]:
     left under another key (the old keys can go), else 1."""
     head = (
         f"reseal: {report.resealed} values moved to key {sealer.key_id} "
-        f"({report.rewritten} of {report.files} files rewritten); "
+        f"({report.rewritten} of {report.files} files rewritten), "
+        f"{report.rewrapped} stream keys rewrapped; "
     )
     if not report.left:
         return head + "0 values left under other keys: the decrypt-only keys can be dropped", 0
@@ -1056,7 +1067,8 @@ def keygen() -> None:
 
 
 store_app = Commands(
-    help="Read the audit log like message-db: streams, categories, versions.",
+    help="Read the audit log like message-db: streams, categories, versions; forget a "
+    "stream's sensitive data; expire older snapshots.",
     no_args_is_help=True,
 )
 app.add_typer(store_app, name="store")
@@ -1162,6 +1174,76 @@ def store_version(
         typer.echo("no such stream", err=True)
         raise typer.Exit(1)
     typer.echo(version)
+
+
+@store_app.command("forget")
+def store_forget(
+    name: Annotated[str, typer.Argument(help="Stream name, <category>-<id>.")],
+    yes: Annotated[bool, typer.Option("--yes", help="Really destroy the stream's key.")] = False,
+    warehouse: WarehouseOpt = Path("warehouse"),
+) -> None:
+    """Erase a stream's sensitive data: destroy its key, so its sealed fields,
+    values and headers can never be opened again (docs/security.md). Other
+    streams and all data files are left as they are."""
+    from seqkeeper.spark_sink.crypto import ERASED, StreamKeys
+
+    if not yes:
+        typer.echo(
+            f"error: forget destroys the key of stream {name!r} for good (its sealed fields "
+            "can never be read again, by anyone): add --yes",
+            err=True,
+        )
+        raise typer.Exit(2)
+    keys = StreamKeys(warehouse)
+    if not keys.forget(name):
+        typer.echo(
+            f"error: no key for stream {name!r} under {warehouse}: nothing to forget (already "
+            "forgotten, no sealed row, or another stream name or warehouse)",
+            err=True,
+        )
+        raise typer.Exit(1)
+    typer.echo(
+        f"forgot stream {name}: its key is destroyed; its sealed fields read {ERASED!r} from "
+        "now on (a later message of the stream gets a new key). The Kafka topics keep their "
+        "records until their own retention"
+    )
+
+
+@store_app.command("expire")
+def store_expire(
+    keep: Annotated[int, typer.Option(help="Keep the newest this many snapshots.", min=1)] = 1,
+    yes: Annotated[bool, typer.Option("--yes", help="Really expire them.")] = False,
+    warehouse: WarehouseOpt = Path("warehouse"),
+) -> None:
+    """Expire the tables' older snapshots and delete the data files only they
+    name, so rows deleted by retention (and values moved by a reseal) leave
+    the disk; --as-of can then no longer read the expired runs."""
+    from seqkeeper.spark_sink.audit import expire_store
+    from seqkeeper.spark_sink.tables import LegacyWarehouse
+
+    if not yes:
+        typer.echo(
+            f"error: expire removes all but the newest {keep} snapshots of each table "
+            "(--as-of cannot read them afterwards) and deletes the files only they name: "
+            "add --yes",
+            err=True,
+        )
+        raise typer.Exit(2)
+    try:
+        done = expire_store(warehouse, keep)
+    except LegacyWarehouse as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(2) from None
+    if not done:
+        typer.echo(f"error: no tables under {warehouse}: run seqkeeper compact first", err=True)
+        raise typer.Exit(1)
+    typer.echo(
+        "expired: "
+        + ", ".join(
+            f"{name} {e.snapshots} snapshots, {e.files} files deleted"
+            for name, e in sorted(done.items())
+        )
+    )
 
 
 @app.command()

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
+from seqkeeper.processors.audit_retention import AuditRetention
 from seqkeeper.processors.authorization import TokenPolicy
 from seqkeeper.processors.deduplicator import Retention
 from seqkeeper.processors.envelope import DEFAULT_SHAPE, Codec, Shape
@@ -1017,6 +1018,14 @@ class SparkSettings:
         "",
         "Comma-separated value fields that the audit log stores encrypted (needs the key).",
         names,
+    )
+
+    audit_retention: AuditRetention = var(
+        "SEQKEEPER_AUDIT_RETENTION",
+        "",
+        "How long compact keeps each category's audit rows, e.g. orders=90d,payments=7y,*=inf "
+        "(units d, w, y; * the others; whole days; docs/spark.md). Empty: every row is kept.",
+        AuditRetention.parse,
     )
 
     iceberg_catalog: str = var(

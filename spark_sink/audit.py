@@ -14,8 +14,12 @@ One row per message id per stream, as in message-db: a copy of a row
 the run's summary, not appended; a copy with other bytes is logged and
 counted, not appended (:mod:`processors.message_log`). Partitioned by
 ``category`` and ``day``. With a :class:`~spark_sink.crypto.Sealer`,
-marked ``data`` fields, the raw value and header values are encrypted; the
-commit record names the key's fingerprint and fields.
+marked ``data`` fields, the raw value and header values are encrypted,
+each stream's with its own data key (:class:`~spark_sink.crypto.StreamKeys`:
+``seqkeeper store forget`` destroys one); the commit record names the
+audit key's fingerprint and fields. :func:`apply_retention` deletes the
+rows past ``SEQKEEPER_AUDIT_RETENTION``; :func:`expire_store` the files
+only older snapshots still name.
 
 Storage: the Iceberg table ``seqkeeper.audit`` (:mod:`spark_sink.tables`),
 partitioned by ``category`` and ``day``; each run appends its rows in one
@@ -38,9 +42,10 @@ from typing import Any
 
 import orjson
 
+from seqkeeper.processors.audit_retention import OTHERS, AuditRetention
 from seqkeeper.security import current
 from seqkeeper.spark_sink import tables
-from seqkeeper.spark_sink.crypto import Sealer
+from seqkeeper.spark_sink.crypto import Sealer, StreamKeys
 from seqkeeper.spark_sink.kafka_source import read_kafka
 from seqkeeper.spark_sink.snapshots import exact_ends
 
@@ -67,24 +72,29 @@ def coordinates(topic: str, partition: int, offset: int) -> str:
     return f"{topic}:{partition}:{offset}"
 
 
-def _sealed(out: Any, sealer: Sealer) -> Any:
-    """``out`` with the marked ``data`` fields and the raw value sealed."""
+def _sealed(out: Any, streams: dict[str, Sealer]) -> Any:
+    """``out`` with the marked ``data`` fields and the raw value sealed,
+    each row's with its stream's data key (``streams``: stream name to
+    its sealer, :class:`~spark_sink.crypto.StreamKeys`)."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import BinaryType, StringType
 
-    def data(text: str | None, ctx: str) -> str | None:
+    def data(text: str | None, ctx: str, stream: str) -> str | None:
         if text is None:
             return None
         try:
             doc = orjson.loads(text)
         except orjson.JSONDecodeError:
             return text
-        return orjson.dumps(sealer.seal_fields(doc, ctx)).decode()
+        return orjson.dumps(streams[stream].seal_fields(doc, ctx)).decode()
+
+    def value(raw: bytes | None, ctx: str, stream: str) -> bytes | None:
+        return streams[stream].seal_bytes(raw, ctx)
 
     ctx = F.concat_ws(":", "topic", "partition", "offset")
     return out.withColumn(
-        "data", F.udf(data, StringType(), useArrow=False)("data", ctx)
-    ).withColumn("value", F.udf(sealer.seal_bytes, BinaryType(), useArrow=False)("value", ctx))
+        "data", F.udf(data, StringType(), useArrow=False)("data", ctx, "stream_name")
+    ).withColumn("value", F.udf(value, BinaryType(), useArrow=False)("value", ctx, "stream_name"))
 
 
 #: The column :func:`compact_audit` adds for each record's headers, in the
@@ -159,19 +169,22 @@ class AuditSummary:
         return text
 
 
-def _sealed_headers(out: Any, sealer: Sealer) -> Any:
+def _sealed_headers(out: Any, streams: dict[str, Sealer]) -> Any:
     from pyspark.sql import functions as F
 
-    def seal(headers: list[Any] | None, topic: str, partition: int, offset: int) -> Any:
+    def seal(
+        headers: list[Any] | None, topic: str, partition: int, offset: int, stream: str
+    ) -> Any:
         if headers is None:
             return None
+        sealer = streams[stream]
         return [
             (h["key"], sealer.seal_bytes(h["value"], header_context(topic, partition, offset, i)))
             for i, h in enumerate(headers)
         ]
 
     udf = F.udf(seal, HEADERS_TYPE, useArrow=False)
-    return out.withColumn("headers", udf("headers", "topic", "partition", "offset"))
+    return out.withColumn("headers", udf("headers", "topic", "partition", "offset", "stream_name"))
 
 
 def _first_rows(spark: Any, warehouse: Path) -> Any:
@@ -312,12 +325,18 @@ def compact_audit(
         rows = rows.join(prior, ["stream_name", "id"], "left")
         prior_value = F.col("prior.value")
         if sealer is not None:  # (a row's value is sealed under its own coordinates)
-            opened = F.udf(
-                lambda v, t, p, o: sealer.open_bytes(v, coordinates(t, p, o)),
-                BinaryType(),
-                useArrow=False,
+            keys = StreamKeys(warehouse, sealer)
+
+            def open_prior(v: bytes | None, t: str, p: int, o: int, s: str) -> bytes | None:
+                # (a forgotten stream's value opens as None: a copy of one
+                # of its messages counts as a conflict, and is not appended)
+                stream = keys.load(s) if v is not None and v.startswith(b"enc:v3:") else None
+                return sealer.open_bytes(v, coordinates(t, p, o), stream)
+
+            opened = F.udf(open_prior, BinaryType(), useArrow=False)
+            prior_value = opened(
+                "prior.value", "prior.topic", "prior.partition", "prior.offset", "stream_name"
             )
-            prior_value = opened("prior.value", "prior.topic", "prior.partition", "prior.offset")
         first_value = F.when(F.col("prior").isNotNull(), prior_value).otherwise(
             F.col("first_value")
         )
@@ -376,7 +395,13 @@ def compact_audit(
         out = out.withColumn("position", F.col("rel"))
     out = out.drop("rel", "base")
     if sealer is not None:
-        out = _sealed_headers(_sealed(out, sealer), sealer)
+        # Each stream's key is drawn and stored before its rows are sealed
+        # (and before the commit): a crash in between leaves keys that the
+        # rerun uses again, so its rows get the same bytes.
+        keys = StreamKeys(warehouse, sealer)
+        names = [r.stream_name for r in out.select("stream_name").distinct().collect()]
+        streams = keys.ensure_all(names)
+        out = _sealed_headers(_sealed(out, streams), streams)
     out = out.cache()
     count = out.count()
     try:
@@ -425,21 +450,88 @@ def compact_audit(
     return run
 
 
-def purge_audit(warehouse: Path, keep_days: int, today: date | None = None) -> int:
-    """Delete the audit rows of days older than ``keep_days`` (whole
-    ``day`` partitions, in one commit); how many partitions went. The
-    offsets and positions reached are kept, so compaction goes on where it
-    was. Earlier snapshots keep the files until they are expired."""
-    cutoff = (today or datetime.now(UTC).date()) - timedelta(days=keep_days)
+@dataclass(frozen=True)
+class RetentionReport:
+    """What one retention commit removed: rows and day partitions by category."""
+
+    rows: dict[str, int]
+    days: dict[str, int]
+
+    def text(self) -> str:
+        if not self.rows:
+            return "retention: no audit rows past their category's retention"
+        by = ", ".join(
+            f"{c}: {self.rows[c]} rows of {self.days[c]} days" for c in sorted(self.rows)
+        )
+        return (
+            f"retention: {sum(self.rows.values())} audit rows deleted ({by}); earlier "
+            "snapshots keep their files until expired (seqkeeper store expire)"
+        )
+
+
+def apply_retention(
+    warehouse: Path, retention: AuditRetention, today: date | None = None
+) -> RetentionReport:
+    """Delete the audit rows past their category's retention, in one
+    commit (a normal table commit; none when nothing is past). Files hold
+    one (category, day) each, so whole files go and no data is rewritten.
+    The offsets and positions reached are kept, so compaction goes on where
+    it was. Earlier snapshots keep the files until they are expired
+    (:func:`spark_sink.tables.expire`)."""
+    today = today or datetime.now(UTC).date()
     table = tables.load(warehouse, TABLE)
-    if table is None or table.current_snapshot() is None:
-        return 0
+    if retention.keeps_everything or table is None or table.current_snapshot() is None:
+        return RetentionReport({}, {})
     commit = tables.committed(table)
     names = [f.name for f in table.spec().fields]
     day, category = names.index("day"), names.index("category")
-    epoch_days = (cutoff - date(1970, 1, 1)).days  # Iceberg's dates
-    old = [t.file for t in table.scan().plan_files() if t.file.partition[day] < epoch_days]
+    epoch = date(1970, 1, 1)  # Iceberg's dates are days since
+    old = [
+        t.file
+        for t in table.scan().plan_files()
+        if retention.expired(
+            t.file.partition[category], epoch + timedelta(days=t.file.partition[day]), today
+        )
+    ]
     if not old:
-        return 0
+        return RetentionReport({}, {})
     tables.commit(table, commit, [], {}, None, replaced=old, next_run=False)
-    return len({(f.partition[category], f.partition[day]) for f in old})
+    rows: dict[str, int] = {}
+    days: dict[str, set[int]] = {}
+    for f in old:
+        c = f.partition[category]
+        rows[c] = rows.get(c, 0) + f.record_count
+        days.setdefault(c, set()).add(f.partition[day])
+    return RetentionReport(rows, {c: len(d) for c, d in days.items()})
+
+
+def purge_audit(warehouse: Path, keep_days: int, today: date | None = None) -> int:
+    """Delete the audit rows of days older than ``keep_days``, every
+    category alike (``compact --purge-days``; :func:`apply_retention`);
+    how many (category, day) partitions went."""
+    report = apply_retention(warehouse, AuditRetention(((OTHERS, keep_days),)), today)
+    return sum(report.days.values())
+
+
+def expire_store(warehouse: Path, keep: int = 1) -> dict[str, tables.Expired]:
+    """Expire all but the newest ``keep`` snapshots of the warehouse's
+    tables and delete the data files only they named
+    (:func:`spark_sink.tables.expire`); the positions snapshots that a kept
+    audit snapshot names are kept."""
+    done = {}
+    audit = tables.load(warehouse, TABLE)
+    if audit is not None:
+        done[TABLE] = tables.expire(audit, keep)
+        audit = audit.refresh()
+    named = {
+        int(s.summary.additional_properties[POSITIONS_SNAPSHOT])
+        for s in (audit.snapshots() if audit is not None else ())
+        if s.summary and POSITIONS_SNAPSHOT in s.summary.additional_properties
+    }
+    positions = tables.load(warehouse, POSITIONS)
+    if positions is not None:
+        done[POSITIONS] = tables.expire(positions, keep, named)
+    snapshots = tables.load(warehouse, "snapshots")
+    if snapshots is not None:
+        done["snapshots"] = tables.expire(snapshots, keep)
+    return done

@@ -14,7 +14,7 @@ from typing import Any
 from seqkeeper.processors.return_address import ReplyTopics, matches, refusal
 from seqkeeper.security import kafka_options
 from seqkeeper.settings import Settings
-from seqkeeper.spark_sink.audit import AuditSummary, compact_audit
+from seqkeeper.spark_sink.audit import AuditSummary, RetentionReport, apply_retention, compact_audit
 from seqkeeper.spark_sink.crypto import Sealer
 from seqkeeper.spark_sink.snapshots import compact_snapshots
 
@@ -116,6 +116,7 @@ def run_compact(
     topics: tuple[list[str], list[str]] | None = None,
     report: Callable[[AuditSummary], None] = lambda summary: None,
     ends: dict[str, dict[str, int]] | None = None,
+    retained: Callable[[RetentionReport], None] = lambda report: None,
 ) -> dict[str, int]:
     """One compaction run; the run numbers of the snapshots and the audit
     (``sealer``: encrypt at rest, :mod:`spark_sink.crypto`). ``step(label,
@@ -153,6 +154,8 @@ def run_compact(
             isolation=settings.broker.isolation,
             ends=None if ends is None else {t: ends.get(t, {}) for t in messages},
         )
+    if not settings.spark.audit_retention.keeps_everything:
+        retained(apply_retention(warehouse, settings.spark.audit_retention))
     return done
 
 

@@ -15,7 +15,14 @@ from typing import Any
 
 from seqkeeper.security import kafka_options
 from seqkeeper.spark_sink.audit import HEADERS_TYPE, coordinates, header_context, read_audit
-from seqkeeper.spark_sink.crypto import KEY_ENV, AuditKeyError, Sealer, is_sealed
+from seqkeeper.spark_sink.crypto import (
+    KEY_ENV,
+    PREFIX_STREAM,
+    AuditKeyError,
+    Sealer,
+    StreamKeys,
+    is_sealed,
+)
 
 
 @dataclass(frozen=True)
@@ -54,6 +61,7 @@ def select(spark: Any, warehouse: Path, selection: Selection) -> Any:
     headers = "headers" if "headers" in df.columns else F.lit(None).cast(HEADERS_TYPE)
     return df.select(
         "global_position",
+        "stream_name",
         "key",
         "value",
         F.col(headers) if isinstance(headers, str) else headers.alias("headers"),
@@ -63,16 +71,33 @@ def select(spark: Any, warehouse: Path, selection: Selection) -> Any:
     ).orderBy("global_position")
 
 
-def _value(row: Any, sealer: Sealer | None) -> bytes | None:
+#: What :func:`_value` returns for a value of a forgotten stream.
+ERASED_VALUE = object()
+
+
+def _value(row: Any, sealer: Sealer | None, keys: StreamKeys | None = None) -> Any:
+    """The row's value as it was written; :data:`ERASED_VALUE` when its
+    stream was forgotten (its key destroyed)."""
     value = None if row.value is None else bytes(row.value)
     if not is_sealed(value):
         return value
     if sealer is None:
         raise AuditKeyError(f"the audit log is encrypted: set {KEY_ENV} to replay it")
-    return sealer.open_bytes(value, coordinates(row.topic, row.partition, row.offset))
+    stream = _stream_key(row, value, keys)
+    if value is not None and value.startswith(PREFIX_STREAM.encode()) and stream is None:
+        return ERASED_VALUE
+    return sealer.open_bytes(value, coordinates(row.topic, row.partition, row.offset), stream)
 
 
-def _headers(row: Any, sealer: Sealer | None) -> list[tuple[str, bytes | None]]:
+def _stream_key(row: Any, value: bytes | None, keys: StreamKeys | None) -> Sealer | None:
+    if keys is None or value is None or not value.startswith(PREFIX_STREAM.encode()):
+        return None
+    return keys.load(row.stream_name)
+
+
+def _headers(
+    row: Any, sealer: Sealer | None, keys: StreamKeys | None = None
+) -> list[tuple[str, bytes | None]]:
     """The row's headers as they were written (names are UTF-8 in Kafka's
     protocol; values opened when sealed)."""
     out = []
@@ -82,7 +107,7 @@ def _headers(row: Any, sealer: Sealer | None) -> list[tuple[str, bytes | None]]:
             if sealer is None:
                 raise AuditKeyError(f"the audit log is encrypted: set {KEY_ENV} to replay it")
             ctx = header_context(row.topic, row.partition, row.offset, i)
-            value = sealer.open_bytes(value, ctx)
+            value = sealer.open_bytes(value, ctx, _stream_key(row, value, keys))
         out.append((bytes(h["key"]).decode("utf-8"), value))
     return out
 
@@ -93,6 +118,7 @@ async def _publish(
     rows: Iterable[Any],
     advance: Callable[[int], None],
     sealer: Sealer | None,
+    keys: StreamKeys | None = None,
 ) -> int:
     from aiokafka import AIOKafkaProducer
 
@@ -105,8 +131,11 @@ async def _publish(
         pending = []
         for row in rows:
             key = None if row.key is None else bytes(row.key)
-            value = _value(row, sealer)
-            headers = _headers(row, sealer)
+            value = _value(row, sealer, keys)
+            if value is ERASED_VALUE:  # (a forgotten stream's message: nothing to send)
+                advance(1)
+                continue
+            headers = _headers(row, sealer, keys)
             pending.append(await producer.send(topic, value, key=key, headers=headers))
             sent += 1
             if len(pending) >= 5_000:
@@ -130,7 +159,8 @@ def replay(
     progress: Callable[[int | None, int], None] = lambda total, done: None,
     sealer: Sealer | None = None,
 ) -> int:
-    """Publish the selection to ``topic`` (or only count it); how many."""
+    """Publish the selection to ``topic`` (or only count it); how many
+    (the messages of forgotten streams are skipped: nothing is left to send)."""
     df = select(spark, warehouse, selection)
     total = int(df.count())
     progress(total, 0)
@@ -143,4 +173,5 @@ def replay(
         done += n
         progress(total, done)
 
-    return asyncio.run(_publish(bootstrap, topic, df.toLocalIterator(), advance, sealer))
+    keys = StreamKeys(warehouse, sealer) if sealer is not None else None
+    return asyncio.run(_publish(bootstrap, topic, df.toLocalIterator(), advance, sealer, keys))

@@ -22,6 +22,11 @@ file, over the current snapshot of both Iceberg tables:
 The table's earlier snapshots still name the old files (time travel):
 they keep values under the old keys until those snapshots are expired.
 
+Values sealed with a stream's own data key (``enc:v3:``) are not touched:
+the pass rewraps each stream's key file with the current key instead
+(:meth:`~spark_sink.crypto.StreamKeys.rewrap`), which moves all of the
+stream's values at once; a forgotten stream has no file and nothing to do.
+
 Values no given key opens are left as they are and counted by the key id
 they name: when the report's count is 0 nothing needs the old keys any more.
 """
@@ -40,10 +45,12 @@ import orjson
 from seqkeeper.spark_sink import tables
 from seqkeeper.spark_sink.crypto import (
     PREFIX,
+    PREFIX_STREAM,
     TOKEN_ID_LENGTH,
     UNKNOWN_V1,
     AuditKeyError,
     Sealer,
+    StreamKeys,
     is_sealed,
 )
 from seqkeeper.spark_sink.snapshots import MESSAGE_FAMILIES
@@ -58,6 +65,7 @@ class ResealReport:
     resealed: int = 0  #: values moved to the current key
     left: Counter[str] = field(default_factory=Counter)  #: values still under other keys, by key id
     first_error: str = ""  #: why the first value left could not be opened
+    rewrapped: int = 0  #: stream keys rewrapped with the current key
 
     @property
     def left_total(self) -> int:
@@ -83,6 +91,10 @@ def reseal_warehouse(
     (``progress(done, total)`` after each file); the report counts what is
     left under other keys."""
     report = ResealReport()
+    # The stream keys first: the one step that needs the old key for them.
+    report.rewrapped, left, first = StreamKeys(warehouse, sealer).rewrap()
+    report.left.update(left)
+    report.first_error = first
     work = []
     for name in ("audit", "snapshots"):
         table = tables.load(warehouse, name)
@@ -189,8 +201,8 @@ class _Tally:
         self.report = report
 
     def token(self, token: str, context: bytes) -> str:
-        if self.sealer.is_current(token):
-            return token
+        if self.sealer.is_current(token) or token.startswith(PREFIX_STREAM):
+            return token  # (a stream key's token moves with its key file)
         try:
             plain = self.sealer.open(token, context)
         except AuditKeyError as e:
@@ -239,6 +251,8 @@ class _Tally:
                 k: self.fields(v, context, f"{path}.{k}" if path else k) for k, v in node.items()
             }
         if not (isinstance(node, str) and is_sealed(node)) or self.sealer.is_current(node):
+            return node
+        if node.startswith(PREFIX_STREAM):
             return node
         ctx = f"field:{context}:{path}".encode()
         try:

@@ -19,7 +19,9 @@ signed integer), so a member here reads the same streams as in message-db;
 ``correlation`` keeps messages whose ``metadata.correlationStreamName`` is in
 that category. ``correlation_id`` (an addition) keeps messages whose
 ``metadata.correlationId`` equals it. ``data`` and ``metadata`` come back
-decoded; encrypted fields are opened with the key (:mod:`spark_sink.crypto`).
+decoded; encrypted fields are opened with the key (:mod:`spark_sink.crypto`);
+a field of a forgotten stream (``seqkeeper store forget``) reads
+:data:`~spark_sink.crypto.ERASED`.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from typing import Any
 import orjson
 
 from seqkeeper.spark_sink import tables
-from seqkeeper.spark_sink.crypto import AuditKeyError, Sealer, is_sealed
+from seqkeeper.spark_sink.crypto import PREFIX_STREAM, AuditKeyError, Sealer, StreamKeys, is_sealed
 
 COLUMNS = [
     "id",
@@ -121,6 +123,7 @@ class MessageStore:
         self.snapshot_id: int = snap.snapshot_id
         self.run = tables.committed(self.table, snap).run
         self.sealer = sealer
+        self.keys = StreamKeys(warehouse, sealer)
 
     def _table(self, category: str, where: Any = None) -> Any:
         E = _expressions()
@@ -152,17 +155,20 @@ class MessageStore:
                     "this audit log has encrypted fields: set SEQKEEPER_AUDIT_KEY to read them"
                 )
             ctx = f"{row['topic']}:{row['partition']}:{row['offset']}"
-            row["data"] = self.sealer.open_fields(row["data"], ctx)
+            stream = None
+            if any(self._has_sealed(row["data"], PREFIX_STREAM)):
+                stream = self.keys.load(row["stream_name"])  # None: forgotten
+            row["data"] = self.sealer.open_fields(row["data"], ctx, stream)
         if row["time"].tzinfo is None:  # Parquet holds UTC instants
             row["time"] = row["time"].replace(tzinfo=UTC)
         return Message(**row)
 
-    def _has_sealed(self, node: Any) -> Iterator[bool]:
+    def _has_sealed(self, node: Any, prefix: str = "") -> Iterator[bool]:
         if isinstance(node, dict):
             for v in node.values():
-                yield from self._has_sealed(v)
+                yield from self._has_sealed(v, prefix)
         elif isinstance(node, str):
-            yield is_sealed(node)
+            yield is_sealed(node) and node.startswith(prefix)
 
     def stream(
         self, stream_name: str, position: int = 0, batch_size: int | None = 1000

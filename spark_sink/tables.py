@@ -441,3 +441,43 @@ def _live_dirs(table: Any) -> set[str]:
     return {
         Path(p).relative_to(root).parts[0] for p in data_files(table) if p.startswith(str(root))
     }
+
+
+@dataclass(frozen=True)
+class Expired:
+    """What :func:`expire` did to one table."""
+
+    snapshots: int  #: snapshots expired
+    files: int  #: data files deleted (no snapshot left names them)
+
+
+def expire(table: Any, keep: int = 1, also_keep: Iterable[int] = ()) -> Expired:
+    """Expire every snapshot of ``table`` but the newest ``keep`` (and
+    ``also_keep``), then delete the data files under its location that no
+    snapshot left names: what retention and reseal replaced is then gone
+    from disk (time travel to an expired snapshot is no longer possible).
+    Files of a run that started after the current snapshot are left alone
+    (it may still commit them; see :func:`remove_orphans`)."""
+    snaps = sorted(table.snapshots(), key=lambda s: (s.sequence_number or 0, s.timestamp_ms))
+    kept = {s.snapshot_id for s in snaps[-keep:]} if keep > 0 else set()
+    kept |= set(also_keep)
+    gone = [s.snapshot_id for s in snaps if s.snapshot_id not in kept]
+    if gone:
+        table.maintenance.expire_snapshots().by_ids(gone).commit()
+        table = table.refresh()
+    current = table.current_snapshot()
+    root = Path(location(table), "data")
+    if current is None or not location(table).startswith("/") or not root.is_dir():
+        return Expired(len(gone), 0)
+    live = {p for s in table.snapshots() for p in data_files(table, s.snapshot_id)}
+    deleted = 0
+    for path in sorted(root.rglob("*.parquet")):
+        run = path.relative_to(root).parts[0].split("-")
+        if str(path) in live or (
+            len(run) > 1 and run[1].isdigit() and int(run[1]) >= current.timestamp_ms
+        ):
+            continue
+        path.unlink()
+        path.with_name(f".{path.name}.crc").unlink(missing_ok=True)  # (Spark's checksum)
+        deleted += 1
+    return Expired(len(gone), deleted)

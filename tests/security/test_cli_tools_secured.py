@@ -31,6 +31,7 @@ from seqkeeper.spark_sink.crypto import (
     KEY_FILE_ENV,
     AuditKeyError,
     Sealer,
+    StreamKeys,
 )
 from seqkeeper.spark_sink.replay import _publish
 from seqkeeper.spark_sink.reseal import sealed_files
@@ -111,10 +112,11 @@ def test_replay_publishes_as_admin(as_admin: ClientSecurity) -> None:
     ]
 
 
-def sealed_key_ids(warehouse: Path) -> list[str]:
+def sealed_key_ids(warehouse: Path, form: str = "12") -> list[str]:
     """The key id (8 hex digits) each sealed token of the files readers
     read names, raw values and fields inside ``data`` alike (``v1``: a
-    token without one)."""
+    token without one); ``form``: the token versions counted (default those
+    under the audit key; ``3``: under a stream's own key)."""
     import pyarrow.parquet as pq
 
     ids = []
@@ -123,7 +125,8 @@ def sealed_key_ids(warehouse: Path) -> list[str]:
             for cell in column.to_pylist():
                 text = cell.decode(errors="replace") if isinstance(cell, bytes) else str(cell)
                 ids += [
-                    m.group(1) or "v1" for m in re.finditer(r"enc:v\d:(?:([0-9a-f]{8}):)?", text)
+                    m.group(1) or "v1"
+                    for m in re.finditer(rf"enc:v[{form}]:(?:([0-9a-f]{{8}}):)?", text)
                 ]
     return ids
 
@@ -135,7 +138,9 @@ def stored_records(warehouse: Path, sealer: Sealer) -> list[tuple[int, bytes | N
 
     table = ds.dataset(
         [str(p) for p in sealed_files(warehouse) if "audit" in p.parts], format="parquet"
-    ).to_table(columns=["global_position", "key", "value", "topic", "partition", "offset"])
+    ).to_table(
+        columns=["global_position", "stream_name", "key", "value", "topic", "partition", "offset"]
+    )
     rows = table.sort_by("global_position").to_pylist()
     store = MessageStore(warehouse, sealer)
     categories = {
@@ -145,11 +150,16 @@ def stored_records(warehouse: Path, sealer: Sealer) -> list[tuple[int, bytes | N
     assert categories
     for category in categories:  # raises if a field does not open
         assert store.category(category, batch_size=None)
+    keys = StreamKeys(warehouse, sealer)  # (each stream's values: its own key)
     return [
         (
             r["global_position"],
             r["key"],
-            sealer.open_bytes(r["value"], coordinates(r["topic"], r["partition"], r["offset"])),
+            sealer.open_bytes(
+                r["value"],
+                coordinates(r["topic"], r["partition"], r["offset"]),
+                keys.load(r["stream_name"]),
+            ),
         )
         for r in rows
     ]
@@ -195,8 +205,12 @@ def test_compact_reseal_and_replay_as_admin(
     assert committed in done.stdout.splitlines(), done.stdout
     # the audit run's summary: its rows, the copies it skipped
     assert any(line.startswith("audit run 1: ") for line in done.stdout.splitlines())
-    ids = sealed_key_ids(warehouse)
+    ids = sealed_key_ids(warehouse)  # (the snapshots: under the audit key)
     assert ids and set(ids) == {a.key_id[:8]}, set(ids)
+    # the audit's values: under their streams' own keys, which the pass
+    # rewraps without rewriting them
+    by_stream = sealed_key_ids(warehouse, "3")
+    assert len(set(by_stream)) > 1 and a.key_id[:8] not in by_stream
     stored = stored_records(warehouse, a)
     assert len(stored) > 30  # the commands, their events and dead letters
 
@@ -211,6 +225,7 @@ def test_compact_reseal_and_replay_as_admin(
     ), report
     ids = sealed_key_ids(warehouse)
     assert ids and set(ids) == {b.key_id[:8]}, set(ids)
+    assert sorted(sealed_key_ids(warehouse, "3")) == sorted(by_stream)
     with pytest.raises(AuditKeyError):  # key A no longer opens anything
         stored_records(warehouse, a)
     assert stored_records(warehouse, b) == stored
