@@ -78,7 +78,9 @@ def test_quix_section(broker, smoke: Smoke) -> None:
             if g == "exactly_once":
                 assert rate["detail"]["repeated"] == 0
                 assert rate["detail"]["output records"] == bench.distinct
-            assert by_name[f"{system} {g}: CPU per input record"]["value"] > 0
+            # (a tiny run's window can be shorter than the kernel's CPU tick: ≥ 0)
+            assert by_name[f"{system} {g}: CPU per input record"]["value"] >= 0
+            assert len(rate["detail"]["cpu µs per input record"]) == bench.sizes.rounds
             assert by_name[f"{system} {g}: peak RSS"]["value"] > 0
             lat = [n for n in by_name if n.startswith(f"{system} {g}, latency p99 at ")]
             assert len(lat) == 2 and any(f"{MODERATE_RATE:,.0f} msg/s" in n for n in lat)
