@@ -989,8 +989,8 @@ def bench(
     only: Annotated[
         Optional[list[str]],
         typer.Option(
-            help="Only these (repeatable): throughput, latency, depth, restart, failover, spark, "
-            "guarantee."
+            help="Only these (repeatable): throughput, latency, quix, depth, restart, failover, "
+            "spark, guarantee."
         ),
     ] = None,
     out: Annotated[Path, typer.Option(help="Where JSON and PNG results go.")] = Path(
@@ -1005,9 +1005,10 @@ def bench(
         typer.Option(help="Keep worker data and logs here (default: a temporary directory)."),
     ] = None,
 ) -> None:
-    """Benchmark seqkeeper against plain aiokafka (the limit) and a typical
-    Faust agent (the peer) on one broker with the same input; restart time,
-    memory, latency, buffer depth, Spark. One table of ratios and figures."""
+    """Benchmark seqkeeper against plain aiokafka (the limit), a typical
+    Faust agent (the peer) and Quix Streams on one broker with the same
+    input; restart time, memory, latency, buffer depth, Spark. One table of
+    ratios and figures."""
     import dataclasses
     import tempfile
 
