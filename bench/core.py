@@ -29,6 +29,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
@@ -93,6 +94,8 @@ class Core:
         self.parts: dict[str, float] = dict.fromkeys(
             ("take", "changelog and local writes", "grouping", "outputs", "confirm"), 0.0
         )
+        #: changelog records by family byte and kind (``--families``)
+        self.families: Counter[tuple[bytes, str]] | None = None
 
     @staticmethod
     async def processed(stage: Any) -> None:
@@ -108,6 +111,10 @@ class Core:
         t0 = clock()
         batch = self.topology.take()
         writes = self.store.take_writes()
+        if self.families is not None:
+            for partition_writes in writes.values():
+                for key, value, _ in partition_writes.records():
+                    self.families[key[:1], "delete" if value is None else "write"] += 1
         t1 = clock()
         await self.store.flush(writes)
         t2 = clock()
@@ -200,6 +207,34 @@ def rounds(args: argparse.Namespace, say: Callable[[str], None]) -> dict[str, An
     return results
 
 
+#: The ordered table's families, as snapshots name them (state.codecs).
+NAMES = {
+    codecs.KEY_STATE: "key_state",
+    codecs.BUFFER: "buffer",
+    codecs.SEEN_ID: "seen_id",
+    codecs.SEEN_POSITION: "seen_fifo",
+    codecs.PROCESSED: "processed",
+    codecs.QUEUED: "queued",
+    codecs.OUTPUTS: "outputs",
+}
+
+
+def families(args: argparse.Namespace) -> dict[str, float]:
+    """Changelog records per input record, by family and kind (one run,
+    untimed): where point 2 of issue 47 looks for writes to coalesce."""
+    settings, records, partitions = _setup(args)
+    with tempfile.TemporaryDirectory(prefix="seqkeeper-core-") as tmp:
+        core = Core(settings, Path(tmp), count if args.processor else None)
+        core.families = Counter()
+        asyncio.run(core.run(records, partitions, args.cycle))
+    per = {
+        f"{NAMES.get(family, repr(family))} {kind}": n / len(records)
+        for (family, kind), n in sorted(core.families.items())
+    }
+    per["all"] = sum(core.families.values()) / len(records)
+    return per
+
+
 def instructions(args: argparse.Namespace) -> int:
     """Instructions per record (cachegrind, with minus without the loop)."""
     valgrind = shutil.which("valgrind")
@@ -242,11 +277,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--instructions", action="store_true", help="count with cachegrind")
     parser.add_argument("--json", type=Path, help="write the figures here")
     parser.add_argument(
+        "--families", action="store_true", help="changelog records per record, by family"
+    )
+    parser.add_argument(
         "--processor", action="store_true", help="with an ordered processor (a count per key)"
     )
     parser.add_argument("--once", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--skip", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.families:
+        for name, n in families(args).items():
+            print(f"{name}: {n:.3f} changelog records per input record")
+        return
     if args.instructions:
         print(f"{instructions(args):,} instructions per record")
         return

@@ -43,3 +43,19 @@ def test_the_command_writes_its_figures(tmp_path: Path) -> None:
         "confirm",
     }
     assert result["records"] == len(workload(300, 20)[0])
+
+
+def test_families_count_each_changelog_record_once() -> None:
+    import argparse
+
+    from seqkeeper.bench.core import families
+
+    args = argparse.Namespace(messages=600, keys=30, cycle=50, processor=False)
+    per = families(args)
+    records, distinct = workload(600, 30)
+    assert per["all"] == sum(v for k, v in per.items() if k != "all")
+    # every message's buffer entry is written, then deleted once it is confirmed
+    assert per["buffer write"] == per["buffer delete"] > 0
+    # one seen id (and its place in the window) per distinct message
+    assert round(per["seen_id write"] * len(records)) == distinct
+    assert not any(name.startswith("processed") for name in per)
