@@ -75,6 +75,9 @@ class Sizes:
     #: measures the broker more than the pipeline; each figure keeps its p99
     #: per second.
     latency_seconds: float = 8.0
+    #: The soak (:mod:`seqkeeper.bench.soak`): rounds of new keys, and keys per round.
+    soak_rounds: int = 8
+    soak_keys: int = 5_000
     #: Rounds of limit and seqkeeper, alternating (the ratio to the limit is
     #: the median of the rounds' ratios; the peer runs in the first round,
     #: and its ratio is to that round's seqkeeper); as many of 10 and
@@ -94,6 +97,8 @@ SMOKE = Sizes(
     follow_seconds=15.0,
     follow_rate=200,
     follow_trigger=5.0,
+    soak_rounds=4,
+    soak_keys=300,
 )
 
 
@@ -1788,6 +1793,12 @@ def run(bench: Bench, only: set[str] | None = None) -> dict[str, Any]:
         name = f"{bench.sizes.deep_buffer:,} buffered / 10 buffered"
         ratios.append(_ratio_of_rounds(name, deeps, shallows, "≥ 0.7", 0.7))
 
+    def soak() -> None:
+        from seqkeeper.bench.soak import soak as measure
+
+        bench.say("soak: keys come and go, state stays flat")
+        ratios.extend(measure(bench))
+
     def restart() -> None:
         bench.say("restart and memory with a large state")
         figures.extend(bench.restart())
@@ -1949,6 +1960,7 @@ def run(bench: Bench, only: set[str] | None = None) -> dict[str, Any]:
     section("restart", restart)
     section("failover", failover)
     section("spark", spark)
+    section("soak", soak)
     figures.extend(failed)
     return {
         "when": datetime.now(UTC).isoformat(timespec="seconds"),

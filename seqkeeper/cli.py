@@ -979,7 +979,7 @@ def bench(
         Optional[list[str]],
         typer.Option(
             help="Only these (repeatable): throughput, latency, depth, restart, failover, spark, "
-            "guarantee."
+            "guarantee, soak."
         ),
     ] = None,
     out: Annotated[Path, typer.Option(help="Where JSON and PNG results go.")] = Path(

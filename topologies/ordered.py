@@ -118,6 +118,12 @@ class OrderedTopology(OutboxOwner):
         self.owned: set[int] = set()
         self.sweep_after: dict[int, str | None] = {}  # sweep cursor per partition
         self.marker_after: dict[int, str | None] = {}  # marker sweep cursor per partition
+        #: per partition, the earliest time a marker may be past its horizon
+        #: (none: not known, sweep): an empty or young set of markers is not
+        #: read every tick (a RocksDB scan over the markers' range also
+        #: skips the tombstones of those dropped, until they are compacted)
+        self.markers_due: dict[int, float] = {}
+        self.markers_oldest: dict[int, float] = {}  # oldest kept in this marker round
         self.live_counting: dict[int, int] = {}  # keys kept so far in this sweep round
         self.live: dict[int, int] = {}  # keys kept in the last full sweep round
         self.generation = 0
@@ -410,27 +416,39 @@ class OrderedTopology(OutboxOwner):
             return False
         if self.stage is not None:
             self.stage.forget(partition, key)
+        at = plan.marker.forgotten_at  # (a new marker: due no earlier than those kept)
+        self.markers_oldest[partition] = min(self.markers_oldest.get(partition, math.inf), at)
+        if partition in self.markers_due:
+            self.markers_due[partition] = min(
+                self.markers_due[partition], at + self.key_retention.forgotten
+            )
         log.debug("key=%s forgotten at next_expected=%s", key, plan.marker.next_expected)
         return True
 
     def sweep_markers(self, partition: int, now: float) -> int:
         """Drop the markers past their horizon among the next
         :data:`SWEEP_MARKERS_PER_TICK`; how many were dropped."""
-        if math.isinf(self.key_retention.forgotten):
+        horizon = self.key_retention.forgotten
+        after = self.marker_after.get(partition)
+        if math.isinf(horizon) or (after is None and now < self.markers_due.get(partition, -1.0)):
             return 0
         batch = list(
-            itertools.islice(
-                self.stores.markers(partition, self.marker_after.get(partition)),
-                SWEEP_MARKERS_PER_TICK,
-            )
+            itertools.islice(self.stores.markers(partition, after), SWEEP_MARKERS_PER_TICK)
         )
         done = len(batch) < SWEEP_MARKERS_PER_TICK
         self.marker_after[partition] = None if done else batch[-1][0]
-        expired = [
-            key
-            for key, marker in batch
-            if key_retention.marker_expired(marker, now, self.key_retention)
-        ]
+        expired = []
+        oldest = self.markers_oldest.get(partition, math.inf)
+        for key, marker in batch:
+            if key_retention.marker_expired(marker, now, self.key_retention):
+                expired.append(key)
+            else:
+                oldest = min(oldest, marker.forgotten_at)
+        if done:  # a full round: none is due before the oldest kept
+            self.markers_due[partition] = oldest + horizon
+            self.markers_oldest.pop(partition, None)
+        else:
+            self.markers_oldest[partition] = oldest
         if expired:
             self.stores.drop_markers(partition, expired)
             self.metrics.markers_dropped.inc(len(expired))
@@ -461,6 +479,8 @@ class OrderedTopology(OutboxOwner):
         self.positions.clear()
         self.sweep_after.clear()
         self.marker_after.clear()
+        self.markers_due.clear()
+        self.markers_oldest.clear()
         self.live_counting.clear()
         self.live = {p: n for p, n in self.live.items() if p in partitions}
         for partition in set(self.timers.partitions()) | set(self.buffered):
