@@ -156,3 +156,35 @@ def test_a_key_with_a_processor_step_not_confirmed_is_kept() -> None:
     w.cycle()  # produced: now idle
     w.sweep_all(1000.0 + RETENTION + 3)
     assert w.families("a") == {b"F"}
+
+
+def test_markers_of_keys_forgotten_later_are_dropped_at_their_own_horizon() -> None:
+    """The marker sweep skips a partition until its oldest marker is due;
+    markers made after that round are still dropped at their horizon."""
+    w = World()
+    w.feed(*[event(f"a{i}", 1) for i in range(KEYS)])
+    w.cycle()
+    t_a = 1000.0 + RETENTION + 1
+    w.sweep_all(t_a)  # the a keys forgotten at t_a
+    w.sweep_all(t_a + 10)  # a full round over the markers: none due before t_a + MARKERS
+    w.wall = t_a + 20
+    w.feed(*[event(f"b{i}", 1) for i in range(KEYS)])
+    w.cycle()
+    t_b = t_a + 20 + RETENTION + 1
+    w.sweep_all(t_b)  # the b keys forgotten at t_b
+    assert w.metric("seqkeeper_keys_forgotten_total") == 2 * KEYS
+    w.sweep_all(t_a + MARKERS + 1)
+    assert w.metric("seqkeeper_forgotten_markers_dropped_total") == KEYS
+    assert w.families("a0") == set() and w.families("b0") == {b"F"}
+    w.sweep_all(t_b + MARKERS + 1)
+    assert w.metric("seqkeeper_forgotten_markers_dropped_total") == 2 * KEYS
+    assert w.families("b0") == set()
+    w.sweep_all(t_b + MARKERS + 10)  # a full round over no marker at all
+    w.wall = t_b + MARKERS + 20
+    w.feed(event("c", 1))
+    w.cycle()
+    t_c = w.wall + RETENTION + 1
+    w.sweep_all(t_c)
+    assert w.families("c") == {b"F"}
+    w.sweep_all(t_c + MARKERS + 1)
+    assert w.families("c") == set()
