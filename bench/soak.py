@@ -111,7 +111,7 @@ def _compacted(bootstrap: str, topic: str, isolation: str) -> dict[str, int]:
 
 
 def soak(bench: Bench) -> list[Figure]:
-    from seqkeeper.bench.harness import Figure, _cpu_seconds, _tag
+    from seqkeeper.bench.harness import Figure, _committed_input, _cpu_seconds, _tag
 
     sizes = bench.sizes
     tag = _tag("soak")
@@ -129,7 +129,7 @@ def soak(bench: Bench) -> list[Figure]:
     # wrong end; a run without aborts has the same records either way)
     isolation = "read_uncommitted"
     changelog = f"{s.group_id}-state-changelog"
-    ordered = s.ordered.ordered_topic
+    source = s.ordered.input_topic
     w = WorkerProcess(s, bench.workdir / f"{tag}.log", "warning").start()
     rounds: list[dict[str, Any]] = []
     try:
@@ -150,6 +150,13 @@ def soak(bench: Bench) -> list[Figure]:
                 total += len(records)
                 # (taken for production: the state behind them is written)
                 _wait(port, OUT, total, w, bench.timeout(len(records)), f"round {n}'s outputs")
+                # and committed: under exactly_once the local state takes a
+                # cycle's writes only once its transaction committed
+                deadline = time.monotonic() + 120
+                while asyncio.run(_committed_input(bench.bootstrap, s.group_id, source)) < total:
+                    if time.monotonic() > deadline:
+                        raise RuntimeError(f"soak round {n}: input not committed within 120 s")
+                    time.sleep(0.1)
                 cost = (_cpu_seconds(w.pid) - cpu) / len(records) * 1e6
                 if n:
                     state = _rocksdb(s.runtime.data_dir, Path(scratch) / str(n))
