@@ -26,18 +26,17 @@ import asyncio
 import tempfile
 import time
 import urllib.request
+import uuid
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, Protocol, cast
 
 import orjson
 
 from seqkeeper.broker import free_port
 from seqkeeper.demo import publish
+from seqkeeper.settings import Settings
 from seqkeeper.topics import read_topic
 from seqkeeper.worker import WorkerProcess
-
-if TYPE_CHECKING:
-    from seqkeeper.bench.harness import Bench, Figure
 
 #: Messages per key (sequences 1..SOAK_SEQS).
 SOAK_SEQS = 4
@@ -110,11 +109,38 @@ def _compacted(bootstrap: str, topic: str, isolation: str) -> dict[str, int]:
     return {"records": len(live), "bytes": sum(len(k[1]) + v for k, v in live.items())}
 
 
-def soak(bench: Bench) -> list[Figure]:
-    from seqkeeper.bench.harness import Figure, _committed_input, _cpu_seconds, _tag
+class SoakBench(Protocol):
+    """What the soak uses of :class:`seqkeeper.bench.harness.Bench` (which
+    imports this module: no import back)."""
 
+    bootstrap: str
+    workdir: Path
+
+    @property
+    def sizes(self) -> Any: ...
+
+    def settings(self, tag: str, **over: Any) -> Settings: ...
+
+    def topics(self, names: list[str]) -> None: ...
+
+    def timeout(self, n: int) -> float: ...
+
+    def say(self, text: str) -> None: ...
+
+    def cpu_seconds(self, pid: int | None) -> float: ...
+
+    def committed_input(self, group: str, source: str) -> int: ...
+
+
+#: A ratio of the soak: name, value at the last round, at the first.
+Ratio = tuple[str, float, float]
+
+
+def soak(bench: SoakBench) -> tuple[list[Ratio], dict[str, Any]]:
+    """The soak's ratios (last round against the first; target
+    :data:`SOAK_RATIO`) and its detail (every round's figures)."""
     sizes = bench.sizes
-    tag = _tag("soak")
+    tag = f"bench-soak-{uuid.uuid4().hex[:6]}"
     port = free_port()
     s = bench.settings(
         tag,
@@ -145,7 +171,7 @@ def soak(bench: Bench) -> list[Figure]:
                     for q in range(1, SOAK_SEQS + 1)
                     for k in range(keys)
                 ]
-                cpu = _cpu_seconds(w.pid)
+                cpu = bench.cpu_seconds(w.pid)
                 asyncio.run(publish(bench.bootstrap, s.ordered.input_topic, records))
                 total += len(records)
                 # (taken for production: the state behind them is written)
@@ -153,11 +179,11 @@ def soak(bench: Bench) -> list[Figure]:
                 # and committed: under exactly_once the local state takes a
                 # cycle's writes only once its transaction committed
                 deadline = time.monotonic() + 120
-                while asyncio.run(_committed_input(bench.bootstrap, s.group_id, source)) < total:
+                while bench.committed_input(s.group_id, source) < total:
                     if time.monotonic() > deadline:
                         raise RuntimeError(f"soak round {n}: input not committed within 120 s")
                     time.sleep(0.1)
-                cost = (_cpu_seconds(w.pid) - cpu) / len(records) * 1e6
+                cost = (bench.cpu_seconds(w.pid) - cpu) / len(records) * 1e6
                 if n:
                     state = _rocksdb(s.runtime.data_dir, Path(scratch) / str(n))
                     log = _compacted(bench.bootstrap, changelog, isolation)
@@ -183,24 +209,20 @@ def soak(bench: Bench) -> list[Figure]:
         "log": str(bench.workdir / f"{tag}.log"),
     }
 
-    def ratio(name: str, end: float, start: float) -> Figure:
-        r = end / max(start, 1e-9)
-        return Figure(name, r, "×", f"≤ {SOAK_RATIO}", r <= SOAK_RATIO, detail)
-
     return [
-        ratio(
+        (
             "soak: RocksDB live bytes, last round / first",
             last["rocksdb"]["bytes"],
             first["rocksdb"]["bytes"],
         ),
-        ratio(
+        (
             "soak: changelog records after compaction, last round / first",
             last["changelog"]["records"],
             first["changelog"]["records"],
         ),
-        ratio(
+        (
             "soak: worker CPU per message, last round / first",
             last["cpu µs/msg"],
             first["cpu µs/msg"],
         ),
-    ]
+    ], detail
