@@ -60,6 +60,8 @@ from seqkeeper.bench.restarts import (
     roles,
     since,
 )
+from seqkeeper.bench.soak import SOAK_RATIO
+from seqkeeper.bench.soak import soak as measure_soak
 from seqkeeper.broker import free_port
 from seqkeeper.demo import publish
 from seqkeeper.security import kafka_options
@@ -89,6 +91,9 @@ class Sizes:
     #: measures the broker more than the pipeline; each figure keeps its p99
     #: per second.
     latency_seconds: float = 8.0
+    #: The soak (:mod:`seqkeeper.bench.soak`): rounds of new keys, and keys per round.
+    soak_rounds: int = 8
+    soak_keys: int = 5_000
     #: Rounds of limit and seqkeeper, alternating (the ratio to the limit is
     #: the median of the rounds' ratios; the peer runs in the first round,
     #: and its ratio is to that round's seqkeeper); as many of 10 and
@@ -108,6 +113,8 @@ SMOKE = Sizes(
     follow_seconds=15.0,
     follow_rate=200,
     follow_trigger=5.0,
+    soak_rounds=4,
+    soak_keys=300,
 )
 
 
@@ -428,6 +435,12 @@ class Bench:
 
     def timeout(self, n: int) -> float:
         return max(120.0, n / 50)
+
+    def cpu_seconds(self, pid: int | None) -> float:
+        return _cpu_seconds(pid)
+
+    def committed_input(self, group: str, source: str) -> int:
+        return asyncio.run(_committed_input(self.bootstrap, group, source))
 
     # -- throughput: the three side by side ---------------------------------
 
@@ -1555,6 +1568,13 @@ def run(bench: Bench, only: set[str] | None = None) -> dict[str, Any]:
         name = f"{bench.sizes.deep_buffer:,} buffered / 10 buffered"
         ratios.append(_ratio_of_rounds(name, deeps, shallows, "≥ 0.7", 0.7))
 
+    def soak() -> None:
+        bench.say("soak: keys come and go, state stays flat")
+        measured, detail = measure_soak(bench)
+        for name, end, start in measured:
+            r = end / max(start, 1e-9)
+            ratios.append(Figure(name, r, "×", f"≤ {SOAK_RATIO}", r <= SOAK_RATIO, detail))
+
     def restart() -> None:
         bench.say("restart and memory with a large state")
         figures.extend(bench.restart())
@@ -1724,6 +1744,7 @@ def run(bench: Bench, only: set[str] | None = None) -> dict[str, Any]:
     section("restart", restart)
     section("failover", failover)
     section("spark", spark)
+    section("soak", soak)
     figures.extend(failed)
     return {
         "when": datetime.now(UTC).isoformat(timespec="seconds"),

@@ -153,7 +153,7 @@ def offer(
         head += 1
         oldest = UNKNOWN  # the new head's
     if oldest <= now - retention.max_age:  # (else nothing is old enough: no call)
-        head, oldest = _forget_aged(
+        head, oldest, _ = _forget_aged(
             seen, head, position, oldest, now, retention, EVICT_PER_ACCEPT, forget
         )
     if head == position:  # the accepted id is the oldest now, and the only one
@@ -172,12 +172,16 @@ def offer(
 def sweep(
     seen: SeenLog, window: SeenWindow, now: float, retention: Retention, limit: int
 ) -> tuple[SeenWindow, tuple[tuple[int, str], ...]]:
-    """Forget up to ``limit`` ids of a key that are past ``max_age``."""
+    """Forget up to ``limit`` ids of a key that are past ``max_age``. A window
+    left empty keeps in ``oldest`` when its last id was accepted (the key's
+    last activity, for key retention: :mod:`processors.key_retention`)."""
     forget: list[tuple[int, str]] = []
-    head, oldest = _forget_aged(
+    head, oldest, last = _forget_aged(
         seen, window.head, window.tail, window.oldest, now, retention, limit, forget
     )
     ids = window.ids if head < window.tail else 0  # (nothing remembered: no bit)
+    if head == window.tail and last is not None:
+        oldest = last
     return SeenWindow(head, window.tail, oldest, ids), tuple(forget)
 
 
@@ -190,19 +194,23 @@ def _forget_aged(
     retention: Retention,
     limit: int,
     forget: list[tuple[int, str]],
-) -> tuple[int, float]:
+) -> tuple[int, float, float | None]:
     """Advance ``head`` over at most ``limit`` positions before ``stop`` that
     are past ``max_age`` (appending them to ``forget``); the new head and
     its ``oldest`` (see :class:`SeenWindow`: the id at ``head`` is read
-    only when ``oldest`` does not show it is young)."""
+    only when ``oldest`` does not show it is young), and when the last id
+    forgotten was accepted (``None``: none was, or its entry was missing)."""
     horizon = now - retention.max_age
+    last: float | None = None
     for _ in range(limit):
         if head >= stop or oldest > horizon:
             break
         entry = seen.at(head)
+        last = None
         if entry is not None:
             if entry[1] > horizon:
-                return head, entry[1]
+                return head, entry[1], None
             forget.append((head, entry[0]))
+            last = entry[1]
         head += 1
-    return head, oldest
+    return head, oldest, last

@@ -990,7 +990,7 @@ def bench(
         Optional[list[str]],
         typer.Option(
             help="Only these (repeatable): throughput, latency, quix, depth, restart, failover, "
-            "spark, guarantee."
+            "spark, guarantee, soak."
         ),
     ] = None,
     out: Annotated[Path, typer.Option(help="Where JSON and PNG results go.")] = Path(

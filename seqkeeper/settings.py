@@ -24,6 +24,7 @@ from seqkeeper.processors.audit_retention import AuditRetention
 from seqkeeper.processors.authorization import TokenPolicy
 from seqkeeper.processors.deduplicator import Retention
 from seqkeeper.processors.envelope import DEFAULT_SHAPE, Codec, Shape
+from seqkeeper.processors.key_retention import KeyRetention
 from seqkeeper.processors.resequencer import Policy
 from seqkeeper.processors.return_address import parse_patterns
 
@@ -772,6 +773,26 @@ class OrderedSettings:
         seconds,
         "s",
     )
+    key_retention: float = var(
+        "SEQKEEPER_KEY_RETENTION",
+        str(7 * 24 * 3600),
+        "How long a key with nothing buffered or unconfirmed may stay idle (in stream time, "
+        "since it last accepted a message) before it is forgotten: its state is deleted, "
+        "locally and in the changelog, leaving a small marker of its next sequence (7 days: "
+        "longer than any gap timeout or seen-id age, and than any realistic producer retry "
+        "or outage). inf: never.",
+        seconds,
+        "s",
+    )
+    forgotten_key_retention: float = var(
+        "SEQKEEPER_FORGOTTEN_KEY_RETENTION",
+        str(30 * 24 * 3600),
+        "How long the marker of a forgotten key is kept: a message for it below its next "
+        "sequence is a late arrival, one at or above continues the key. After that the key "
+        "is fully gone and starts again as a new key (30 days). inf: forever.",
+        seconds,
+        "s",
+    )
     seen_max_per_key: int = var(
         "SEQKEEPER_SEEN_MAX_PER_KEY",
         "100000",
@@ -875,6 +896,21 @@ class OrderedSettings:
 
     def retention(self) -> Retention:
         return Retention(max_age=self.seen_max_age, max_per_key=self.seen_max_per_key)
+
+    def key_retention_policy(self) -> KeyRetention:
+        return KeyRetention(idle=self.key_retention, forgotten=self.forgotten_key_retention)
+
+    def changelog_topic_configs(self) -> dict[str, str]:
+        """Configs of the changelog topics the worker creates (besides
+        ``cleanup.policy=compact``): deletions (a forgotten key, an ended
+        entity) are tombstones, which compaction keeps
+        ``delete.retention.ms``; a standby or a restore that reads the topic
+        later than that misses the delete and keeps the key. So at least the
+        key retention, and never under Kafka's default of one day."""
+        day_ms = 24 * 3600 * 1000
+        keep = self.key_retention * 1000
+        ms = day_ms if math.isinf(keep) else max(day_ms, int(keep))
+        return {"delete.retention.ms": str(ms)}
 
     def topics(self) -> list[str]:
         return [

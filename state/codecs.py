@@ -26,6 +26,15 @@ With an ordered processor (:mod:`processors.processor`), three more:
   async one, or one being retried): the message bytes, or a given-up range
 * ``O`` + key + seq -> what processing that sequence produced, not yet
   confirmed durable downstream (the processor's outbox, :func:`encode_outs`)
+
+With key retention (:mod:`processors.key_retention`), one more:
+
+* ``F`` + key -> the marker of a forgotten key (:func:`encode_forgotten`):
+  a layout byte (1), its next expected sequence (8 bytes, big-endian) and
+  when it was forgotten (a big-endian double, stream-time seconds). Only
+  read for a key without ``s``; a reader that does not know the family
+  never reads it (every read names its family), and :func:`describe` of an
+  older version calls it undecodable.
 """
 
 from __future__ import annotations
@@ -38,6 +47,7 @@ import orjson
 
 from seqkeeper.processors.deduplicator import ALL_IDS, UNKNOWN, Seen, SeenWindow
 from seqkeeper.processors.envelope import Message, parse
+from seqkeeper.processors.key_retention import Forgotten
 from seqkeeper.processors.resequencer import Emission, GapSkipped, KeyState
 from seqkeeper.state.base import FORMAT_MARKER
 
@@ -48,6 +58,7 @@ SEEN_POSITION = b"p"
 PROCESSED = b"P"
 QUEUED = b"Q"
 OUTPUTS = b"O"
+FORGOTTEN = b"F"
 
 _SEQ = struct.Struct(">Q")
 _SEEN = struct.Struct(">Qdq")
@@ -154,12 +165,36 @@ def decode_message(key: str, raw: bytes) -> Message:
     )
 
 
+def forgotten_key(key: str) -> bytes:
+    return FORGOTTEN + (_prefixes.get(key) or key_prefix(key))
+
+
+#: The forgotten marker's layout (the family's whole encoding is here).
+_FORGOTTEN = struct.Struct(">BQd")
+_FORGOTTEN_VERSION = 1
+
+
+def encode_forgotten(marker: Forgotten) -> bytes:
+    return _FORGOTTEN.pack(_FORGOTTEN_VERSION, marker.next_expected, marker.forgotten_at)
+
+
+def decode_forgotten(raw: bytes) -> Forgotten:
+    version, nxt, at = _FORGOTTEN.unpack_from(raw)
+    if version != _FORGOTTEN_VERSION:
+        raise ValueError(f"unknown forgotten-key marker layout {version}")
+    return Forgotten(int(nxt), float(at))
+
+
 def processed_key(key: str) -> bytes:
     return PROCESSED + (_prefixes.get(key) or key_prefix(key))
 
 
 def queued_key(key: str, seq: int) -> bytes:
     return QUEUED + (_prefixes.get(key) or key_prefix(key)) + _SEQ.pack(seq)
+
+
+def outputs_prefix(key: str) -> bytes:
+    return OUTPUTS + (_prefixes.get(key) or key_prefix(key))
 
 
 def outputs_key(key: str, seq: int) -> bytes:
@@ -405,4 +440,8 @@ def describe(store_key: bytes, value: bytes) -> tuple[str, str, str | None, str]
             for role, k, v, _ in decode_outs(value)
         ]
         return "outputs", key, str(int(_SEQ.unpack(store_key[n:])[0])), orjson.dumps(outs).decode()
+    if family == FORGOTTEN:
+        marker = decode_forgotten(value)
+        doc = {"next_expected": marker.next_expected, "forgotten_at": marker.forgotten_at}
+        return "forgotten", key, None, orjson.dumps(doc).decode()
     raise ValueError(f"unknown state family {family!r}")

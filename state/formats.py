@@ -3,7 +3,7 @@ moves it to the layout it writes.
 
 Every partition of a seqkeeper table (the ordered worker's and the command
 worker's) carries one marker record, :data:`MARKER` ->
-``b"<format>/<oldest reader>"`` (e.g. ``b"2/2"``): the format its state
+``b"<format>/<oldest reader>"`` (e.g. ``b"3/3"``): the format its state
 was last written in, and the oldest format whose workers can still read
 it. The marker is an ordinary write of the table, so it is in the changelog
 too: a restore or a standby gets it with the state it describes. Its key
@@ -84,6 +84,15 @@ FORMATS: tuple[Format, ...] = (
         # messageId only: it would miss every moved one and apply a copy again
         2,
         migrate_old_layout,
+    ),
+    Format(
+        3,
+        "forgotten-key markers (family F, key retention): a key forgotten while idle "
+        "keeps its next expected sequence for SEQKEEPER_FORGOTTEN_KEY_RETENTION",
+        # a release writing format 2 does not look for the markers: a copy of
+        # a forgotten key's message would start the key again and be emitted
+        3,
+        # (format 2 state is format 3 state without markers: read as it is)
     ),
 )
 #: The newest format this release reads (refused: state whose oldest reader

@@ -34,6 +34,7 @@ import orjson
 
 from seqkeeper.processors.deduplicator import DedupDecision, Seen, SeenWindow
 from seqkeeper.processors.envelope import Message
+from seqkeeper.processors.key_retention import Forgotten, Plan
 from seqkeeper.processors.resequencer import KeyState, Step
 from seqkeeper.state import codecs
 from seqkeeper.state.base import Change, PartitionStore
@@ -232,10 +233,13 @@ class Stores:
         step: Step,
         window: SeenWindow,
         decision: DedupDecision | None = None,
+        revived: bool = False,
     ) -> None:
         """Persist a step (and the dedup decision that admitted its message),
         in one write: deletions of forgotten ids, the new seen id, the buffer
-        changes, the key state last."""
+        changes, the key state; for a key ``revived`` from its forgotten
+        marker, the marker's deletion after it (a crash between them leaves
+        both: the state is read first)."""
         changes: list[Change] = []
         if decision is not None:
             if decision.forget:
@@ -278,6 +282,8 @@ class Stores:
         if step.buffer_deletes:  # before the state
             self._delete_buffered(changes, partition, key, step.buffer_deletes)
         changes.append(self._state_change(partition, key, step.state, window))
+        if revived:
+            changes.append((codecs.forgotten_key(key), None, ()))
         self.state.write(partition, changes)
 
     def _delete_buffered(
@@ -313,6 +319,47 @@ class Stores:
         _forget_ids(changes, key, forget)
         changes.append(self._state_change(partition, key, state, window))
         self.state.write(partition, changes)
+
+    def marker(self, partition: int, key: str) -> Forgotten | None:
+        """A forgotten key's marker (``None``: none kept)."""
+        raw = self.state.get(partition, codecs.forgotten_key(key))
+        return None if raw is None else codecs.decode_forgotten(raw)
+
+    def retire(
+        self, partition: int, key: str, state: KeyState, plan: Plan, processed: bool
+    ) -> None:
+        """Persist a key-retention plan, in one write: the seen ids'
+        deletions first (forgetting ids early is harmless); then either the
+        trimmed window in the key state, or (forgetting the key) the marker,
+        the key state's deletion, and the processor's record (``processed``)
+        last. A crash keeps a prefix: the key alive with fewer ids; the key
+        and its marker (the state is read first); or, cut before the
+        processor's record is deleted, that record left for the key if it
+        comes back (its state as it would have been without forgetting)."""
+        changes: list[Change] = []
+        _forget_ids(changes, key, plan.forget)
+        slot = (partition, key)
+        if plan.marker is None:
+            changes.append(self._state_change(partition, key, state, plan.window))
+        else:
+            changes.append((codecs.forgotten_key(key), codecs.encode_forgotten(plan.marker), ()))
+            changes.append((codecs.key_state_key(key), None, ()))
+            if processed:
+                changes.append((codecs.processed_key(key), None, ()))
+            self._states.pop(slot, None)
+            self._unwritten.discard(slot)
+        self.state.write(partition, changes)
+
+    def markers(self, partition: int, after: str | None = None) -> Iterator[tuple[str, Forgotten]]:
+        """The forgotten keys' markers in a partition, in store order, or
+        those after the key ``after`` (the marker sweep)."""
+        start = b"" if after is None else codecs.forgotten_key(after) + b"\x00"
+        for store_key, raw in self.state.items(partition, codecs.FORGOTTEN, start):
+            yield codecs.key_of(store_key), codecs.decode_forgotten(raw)
+
+    def drop_markers(self, partition: int, keys: list[str]) -> None:
+        """Drop the markers of ``keys`` (past their horizon)."""
+        self.state.write(partition, [(codecs.forgotten_key(k), None, ()) for k in keys])
 
     def save_index(self, partition: int, keys: list[str], buffered: int) -> None:
         """Remember, with the partition's local state, which keys the next

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import gc
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -283,3 +284,15 @@ def test_a_worker_with_an_unusable_token_stops_before_any_broker(tmp_path: Path)
     assert done.exit_code == 2, done.output
     assert "both SEQKEEPER_HTTP_TOKEN and SEQKEEPER_HTTP_TOKEN_FILE are set" in done.output
     assert TOKEN not in done.output
+
+
+def test_changelog_topics_keep_tombstones_a_day_or_the_key_retention() -> None:
+    day = 24 * 3600 * 1000
+
+    def configs(retention: float) -> dict[str, str]:
+        return Settings.of(bootstrap="-", key_retention=retention).ordered.changelog_topic_configs()
+
+    assert configs(2.0) == {"delete.retention.ms": str(day)}
+    assert configs(3 * 24 * 3600.0) == {"delete.retention.ms": str(3 * day)}
+    assert configs(math.inf) == {"delete.retention.ms": str(day)}
+    assert Settings.of(bootstrap="-").ordered.key_retention_policy().idle == 7 * 24 * 3600.0

@@ -41,6 +41,21 @@ class Metrics:
             ["topic"],
             registry=r,
         )
+        self.keys_live = Gauge(
+            "seqkeeper_keys_live",
+            "Sequence keys with state, as counted by the last full sweep of each partition",
+            registry=r,
+        )
+        self.keys_forgotten = Counter(
+            "seqkeeper_keys_forgotten",
+            "Sequence keys forgotten after SEQKEEPER_KEY_RETENTION idle",
+            registry=r,
+        )
+        self.markers_dropped = Counter(
+            "seqkeeper_forgotten_markers_dropped",
+            "Forgotten-key markers dropped after SEQKEEPER_FORGOTTEN_KEY_RETENTION",
+            registry=r,
+        )
         self.lag = Gauge(
             "seqkeeper_consumer_lag", "Input records not yet processed", ["partition"], registry=r
         )

@@ -35,11 +35,12 @@ import collections
 import datetime
 import itertools
 import logging
+import math
 from collections.abc import Awaitable, Callable, Iterable
 from operator import itemgetter
 from typing import Any
 
-from seqkeeper.processors import deduplicator, resequencer
+from seqkeeper.processors import deduplicator, key_retention, resequencer
 from seqkeeper.processors.clock import StreamClock, too_far_ahead
 from seqkeeper.processors.dead_letter import dead_letter_headers
 from seqkeeper.processors.envelope import (
@@ -53,7 +54,7 @@ from seqkeeper.processors.envelope import (
     parse,
 )
 from seqkeeper.processors.processor import Processor
-from seqkeeper.processors.resequencer import Emission, GapSkipped, KeyState, Step
+from seqkeeper.processors.resequencer import Emission, GapSkipped, KeyState, Rejection, Step
 from seqkeeper.runtime.protocol import Batch, InputRecord, OutboxOwner, Wiring, seconds
 from seqkeeper.settings import Settings
 from seqkeeper.state import codecs
@@ -72,6 +73,9 @@ _NO_CLOCK = StreamClock()
 SWEEP_KEYS_PER_TICK = 64
 #: Ids forgotten per key and sweep (more on the next round).
 SWEEP_IDS_PER_KEY = 64
+#: Forgotten keys' markers the timer checks for their horizon per partition
+#: and tick (round-robin, as the keys).
+SWEEP_MARKERS_PER_TICK = 64
 
 
 #: What producing a batch confirms for one key: its ordered output is
@@ -97,6 +101,7 @@ class OrderedTopology(OutboxOwner):
         self.settings = settings
         self.policy = settings.ordered.resequencer_policy()
         self.retention = settings.ordered.retention()
+        self.key_retention = settings.ordered.key_retention_policy()
         self.time_field = settings.ordered.time_field()
         self.max_skew = settings.ordered.max_clock_skew
         self.shape = shape
@@ -112,6 +117,15 @@ class OrderedTopology(OutboxOwner):
         self.arrived = 0  # input records not yet counted in the metrics
         self.owned: set[int] = set()
         self.sweep_after: dict[int, str | None] = {}  # sweep cursor per partition
+        self.marker_after: dict[int, str | None] = {}  # marker sweep cursor per partition
+        #: per partition, the earliest time a marker may be past its horizon
+        #: (none: not known, sweep): an empty or young set of markers is not
+        #: read every tick (a RocksDB scan over the markers' range also
+        #: skips the tombstones of those dropped, until they are compacted)
+        self.markers_due: dict[int, float] = {}
+        self.markers_oldest: dict[int, float] = {}  # oldest kept in this marker round
+        self.live_counting: dict[int, int] = {}  # keys kept so far in this sweep round
+        self.live: dict[int, int] = {}  # keys kept in the last full sweep round
         self.generation = 0
         self.in_flight: dict[int, Batch] = {}  # taken, not yet confirmed (by id)
         self.outbox = Batch()
@@ -206,6 +220,20 @@ class OrderedTopology(OutboxOwner):
             else:
                 self.metrics.duplicates.inc()
             return
+        revived = False
+        if state.next_expected is None:
+            # A key without state may have been forgotten: its marker says
+            # where it stood (one lookup per new key, none per message;
+            # also with retention turned off since: markers stay valid).
+            marker = stores.marker(partition, message.key)
+            if marker is not None:
+                admitted = key_retention.admit(marker, message.key, message.seq, self.policy)
+                if isinstance(admitted, Rejection):
+                    self.rejected(
+                        admitted, message, key, value, partition, offset, timestamp, headers
+                    )
+                    return
+                state, revived = admitted, True
         step = resequencer.offer(
             state,
             stores.buffer(partition, message.key),
@@ -215,28 +243,39 @@ class OrderedTopology(OutboxOwner):
             self.total_buffered,
         )
         if step.rejected is not None:
-            r = step.rejected
-            if r.reason == resequencer.DUPLICATE:
-                self.metrics.duplicates.inc()
-                return
-            if r.reason == Reason.LATE_ARRIVAL:
-                self.metrics.late.labels(r.route).inc()
-                log.warning(
-                    "late arrival key=%s seq=%s route=%s", message.key, message.seq, r.route
-                )
-            if r.route != "drop":
-                self.dead_letter(
-                    r.route, key, value, r.reason, r.detail, partition, offset, timestamp, headers
-                )
+            self.rejected(step.rejected, message, key, value, partition, offset, timestamp, headers)
             return
         if step.emitted:
             if isinstance(step.emitted[0], GapSkipped):
                 self.metrics.gaps_overflow.inc()
             if self.stage is not None:  # (its writes go first)
                 self.stage.released(partition, message.key, step.emitted, wall)
-        stores.save(partition, message.key, step, decision.window, decision)
+        stores.save(partition, message.key, step, decision.window, decision, revived)
         self.emit(partition, "deduped", key, value, headers or None)
         self.after(partition, message.key, step, state)
+
+    def rejected(
+        self,
+        r: Rejection,
+        message: Message,
+        key: bytes | None,
+        value: bytes | None,
+        partition: int,
+        offset: int,
+        timestamp: float | None,
+        headers: Headers,
+    ) -> None:
+        """A message the Resequencer (or a forgotten key's marker) refused."""
+        if r.reason == resequencer.DUPLICATE:
+            self.metrics.duplicates.inc()
+            return
+        if r.reason == Reason.LATE_ARRIVAL:
+            self.metrics.late.labels(r.route).inc()
+            log.warning("late arrival key=%s seq=%s route=%s", message.key, message.seq, r.route)
+        if r.route != "drop":
+            self.dead_letter(
+                r.route, key, value, r.reason, r.detail, partition, offset, timestamp, headers
+            )
 
     def future(
         self,
@@ -311,22 +350,109 @@ class OrderedTopology(OutboxOwner):
 
     def sweep(self, partition: int, now: float) -> None:
         """Forget aged seen ids of the next :data:`SWEEP_KEYS_PER_TICK` keys
-        (accepts forget a few on busy keys; this reaches the quiet ones)."""
+        (accepts forget a few on busy keys; this reaches the quiet ones),
+        forget those keys idle past the key retention
+        (:mod:`processors.key_retention`), and drop the markers of the next
+        :data:`SWEEP_MARKERS_PER_TICK` forgotten keys past their horizon.
+        Bounded work per tick; what it writes starts an outbox cycle, so
+        its deletions reach the changelog (tombstones) in the commit
+        protocol, as any step's writes."""
         batch = list(
             itertools.islice(
                 self.stores.key_states(partition, self.sweep_after.get(partition)),
                 SWEEP_KEYS_PER_TICK,
             )
         )
-        self.sweep_after[partition] = batch[-1][0] if len(batch) == SWEEP_KEYS_PER_TICK else None
+        round_over = len(batch) < SWEEP_KEYS_PER_TICK
+        self.sweep_after[partition] = None if round_over else batch[-1][0]
+        kept = forgotten = 0
         for key, state, window in batch:
-            if window.size == 0:
-                continue
-            seen = self.stores.seen(partition, key, window)
-            swept, forget = deduplicator.sweep(seen, window, now, self.retention, SWEEP_IDS_PER_KEY)
-            if swept.head != window.head:  # (not for a newly read ``oldest`` alone)
-                self.stores.forget(partition, key, state, swept, forget)
-                self.metrics.seen_forgotten.inc(len(forget))
+            if window.size:
+                seen = self.stores.seen(partition, key, window)
+                swept, forget = deduplicator.sweep(
+                    seen, window, now, self.retention, SWEEP_IDS_PER_KEY
+                )
+                if swept.head != window.head:  # (not for a newly read ``oldest`` alone)
+                    self.stores.forget(partition, key, state, swept, forget)
+                    self.metrics.seen_forgotten.inc(len(forget))
+                    window = swept
+            if self.retire(partition, key, state, window, now):
+                forgotten += 1
+            else:
+                kept += 1
+        counted = self.live_counting[partition] = self.live_counting.get(partition, 0) + kept
+        if round_over:
+            self.live[partition] = counted
+            self.live_counting[partition] = 0
+            self.metrics.keys_live.set(sum(self.live.values()))
+        dropped = self.sweep_markers(partition, now)
+        if forgotten:
+            self.metrics.keys_forgotten.inc(forgotten)
+        if forgotten or dropped:
+            self.on_output()  # (a cycle takes the writes: tombstones in the changelog)
+
+    def retire(self, partition: int, key: str, state: KeyState, window: Any, now: float) -> bool:
+        """Apply key retention to one key; whether it was forgotten."""
+        if not self.key_retention.enabled or key_retention.in_flight(state):
+            return False
+        if self.stage is not None:
+            assert state.next_expected is not None  # (not in flight)
+            if not self.stage.idle(partition, key, state.next_expected):
+                return False
+        plan = key_retention.plan(
+            state,
+            window,
+            self.stores.seen(partition, key, window),
+            now,
+            self.key_retention,
+            SWEEP_IDS_PER_KEY,
+        )
+        if plan is None:
+            return False
+        self.stores.retire(partition, key, state, plan, self.stage is not None)
+        if plan.forget:
+            self.metrics.seen_forgotten.inc(len(plan.forget))
+        if plan.marker is None:
+            return False
+        if self.stage is not None:
+            self.stage.forget(partition, key)
+        at = plan.marker.forgotten_at  # (a new marker: due no earlier than those kept)
+        self.markers_oldest[partition] = min(self.markers_oldest.get(partition, math.inf), at)
+        if partition in self.markers_due:
+            self.markers_due[partition] = min(
+                self.markers_due[partition], at + self.key_retention.forgotten
+            )
+        log.debug("key=%s forgotten at next_expected=%s", key, plan.marker.next_expected)
+        return True
+
+    def sweep_markers(self, partition: int, now: float) -> int:
+        """Drop the markers past their horizon among the next
+        :data:`SWEEP_MARKERS_PER_TICK`; how many were dropped."""
+        horizon = self.key_retention.forgotten
+        after = self.marker_after.get(partition)
+        if math.isinf(horizon) or (after is None and now < self.markers_due.get(partition, -1.0)):
+            return 0
+        batch = list(
+            itertools.islice(self.stores.markers(partition, after), SWEEP_MARKERS_PER_TICK)
+        )
+        done = len(batch) < SWEEP_MARKERS_PER_TICK
+        self.marker_after[partition] = None if done else batch[-1][0]
+        expired = []
+        oldest = self.markers_oldest.get(partition, math.inf)
+        for key, marker in batch:
+            if key_retention.marker_expired(marker, now, self.key_retention):
+                expired.append(key)
+            else:
+                oldest = min(oldest, marker.forgotten_at)
+        if done:  # a full round: none is due before the oldest kept
+            self.markers_due[partition] = oldest + horizon
+            self.markers_oldest.pop(partition, None)
+        else:
+            self.markers_oldest[partition] = oldest
+        if expired:
+            self.stores.drop_markers(partition, expired)
+            self.metrics.markers_dropped.inc(len(expired))
+        return len(expired)
 
     def on_assigned(self, partitions: set[int]) -> None:
         """After every assignment (start, restart, rebalance): rebuild the
@@ -352,6 +478,11 @@ class OrderedTopology(OutboxOwner):
         self.processed.clear()
         self.positions.clear()
         self.sweep_after.clear()
+        self.marker_after.clear()
+        self.markers_due.clear()
+        self.markers_oldest.clear()
+        self.live_counting.clear()
+        self.live = {p: n for p, n in self.live.items() if p in partitions}
         for partition in set(self.timers.partitions()) | set(self.buffered):
             if partition not in partitions:
                 self.timers.drop(partition)

@@ -464,6 +464,33 @@ class ProcessorStage:
         self.queues.pop(slot, None)
         return None
 
+    def idle(self, partition: int, key: str, next_expected: int) -> bool:
+        """Whether ``key`` has nothing in the processor: nothing queued,
+        running or retried, every released sequence processed (below
+        ``next_expected``) and no stored output left unconfirmed. Not kept
+        in memory: the sweep asks for every key."""
+        slot = (partition, key)
+        if (
+            slot in self.queues
+            or slot in self.busy
+            or slot in self.waiting
+            or slot in self.held
+            or slot in self.attempts
+            or slot in self.runnable
+        ):
+            return False
+        record = self.key_records.get(slot)
+        if record is None:
+            record = codecs.decode_processed(self.store.get(partition, codecs.processed_key(key)))
+        if record[0] < next_expected - 1:
+            return False
+        prefix = codecs.outputs_prefix(key)
+        return self.store.seek(partition, prefix, prefix) is None
+
+    def forget(self, partition: int, key: str) -> None:
+        """The key was forgotten (its record deleted with its state)."""
+        self.key_records.pop((partition, key), None)
+
     def freed(self, slot: object) -> None:
         """A call past its timeout returned: the keys held run again."""
         self.runnable.update(self.held)

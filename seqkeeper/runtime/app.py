@@ -273,7 +273,13 @@ def build_app(
         app.task(service)
     partitions = settings.broker.partitions
     source = raw_topic(app, wiring.input_topic, partitions)
-    table = raw_table(app, wiring.table, partitions, options=settings.runtime.rocksdb_options())
+    table = raw_table(
+        app,
+        wiring.table,
+        partitions,
+        options=settings.runtime.rocksdb_options(),
+        extra_topic_configs=settings.ordered.changelog_topic_configs(),
+    )
     store = FaustRocksStore(RocksTable(table), app.batch_producer, deferred=wiring.deferred)
     topology = wiring.build(store)
     transactions = None

@@ -21,6 +21,8 @@ TINY = Sizes(
     spark_records=500,
     latency_seconds=1.0,
     rounds=2,
+    soak_rounds=3,
+    soak_keys=50,
 )
 #: The bench workers' session timeout in the smoke run: the embedded broker
 #: joins a group in half of it, and the failover waits it out.

@@ -20,6 +20,7 @@ from seqkeeper.bench.harness import (
     workload,
     write,
 )
+from seqkeeper.bench.soak import SOAK_SEQS
 from seqkeeper.settings import Settings
 from seqkeeper.topics import create_topics, read_topic
 from tests.bench.conftest import SESSION_TIMEOUT, TINY, Smoke
@@ -148,6 +149,18 @@ def test_smoke_run_writes_every_figure(broker, smoke: Smoke, tmp_path) -> None:
         assert len(depth["detail"]["rounds"]) == 2 and depth["value"] in depth["detail"]["rounds"]
     to_shallow = next(r for r in result["ratios"] if r["name"].endswith("/ 10 buffered"))
     assert len(to_shallow["detail"]["rounds"]) == 2
+    # the soak: at each round's peak the state holds that round's keys only
+    # (a key state, and per message a seen id, its FIFO entry and at most a
+    # buffer entry), never the keys of the rounds before, locally or in the
+    # compacted changelog
+    soak = [r for r in result["ratios"] if r["name"].startswith("soak:")]
+    assert len(soak) == 3
+    rounds = soak[0]["detail"]["rounds"]
+    assert len(rounds) == TINY.soak_rounds
+    one_round = TINY.soak_keys * (1 + 3 * SOAK_SEQS)
+    for r in rounds:
+        assert TINY.soak_keys <= r["rocksdb"]["entries"] <= one_round, r
+        assert TINY.soak_keys <= r["changelog"]["records"] <= one_round, r
     paths = write(result, tmp_path / "results")
     assert json.loads((tmp_path / "results" / "latest.json").read_text())["machine"]["cpus"] >= 1
     assert {p.name for p in paths} >= {"latest.json", "throughput.png", "latency_cdf.png"}

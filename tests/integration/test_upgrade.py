@@ -5,7 +5,7 @@ installed worker on a real broker (exactly_once where it has transactions):
   given to the worker as a data directory (a local RocksDB beside its
   changelog) or as a changelog alone, is migrated: a copy of a command
   decided then gets its stored reply byte for byte and runs nothing, a new
-  command continues the entity, and the marker ``2/2`` is in the changelog
+  command continues the entity, and the current marker (``3/3``) is in the changelog
   and the local database, the old keys tombstoned;
 * state of a newer format (a downgrade) is refused in one line with exit
   code 4, from a data directory or a changelog, and nothing is written.
@@ -26,10 +26,13 @@ from rocksdict import Options, Rdict
 from seqkeeper.demo import publish
 from seqkeeper.inspect import changelog_topic
 from seqkeeper.settings import Settings
-from seqkeeper.state.formats import MARKER
+from seqkeeper.state.formats import CURRENT, MARKER, encode_marker
 from seqkeeper.topics import create_topics, read_topic
 from seqkeeper.worker import WorkerProcess
 from tests.conftest import Broker
+
+#: A marker of the format after this release's: what a newer release wrote.
+NEWER = f"{CURRENT.number + 1}/{CURRENT.number + 1}".encode()
 
 pytestmark = pytest.mark.integration
 
@@ -200,12 +203,12 @@ def test_format_1_state_is_migrated_and_marked(
     # migrated: the marker and the receipt under its receipt id in the
     # changelog, the old keys tombstoned; the local database the same
     table = world.changelog_table()
-    assert table[MARKER] == b"2/2"
+    assert table[MARKER] == encode_marker()
     assert {k: table[k] for k, _ in old[1:]} == {k: None for k, _ in old[1:]}
     moved = orjson.loads(table[b"R2:t1/m1"] or b"null")
     assert moved["message_id"] == "m1" and orjson.loads(moved["reply"][3])["data"] == STORED
     local = read_db(world.db_path())
-    assert local[MARKER] == b"2/2" and b"R2:t1/m1" in local
+    assert local[MARKER] == encode_marker() and b"R2:t1/m1" in local
     assert not [k for k in local if k[:1] in b"rct"], sorted(local)
 
 
@@ -220,7 +223,7 @@ def test_a_downgrade_is_refused_in_one_line_and_writes_nothing(
     broker: Broker, make_settings, names, tmp_path: Path, given: str
 ) -> None:
     world = World(broker, make_settings, names, tmp_path)
-    newer = [*format_1_table(world.replies, time.time()), (MARKER, b"3/3")]
+    newer = [*format_1_table(world.replies, time.time()), (MARKER, NEWER)]
     if given == "data_dir":  # a newer release's local state (no changelog)
         world.db_path().parent.mkdir(parents=True)
         write_db(world.db_path(), [*newer, (ADOPTED_KEY, b"1")])
@@ -240,7 +243,8 @@ def test_a_downgrade_is_refused_in_one_line_and_writes_nothing(
     lines = [line for line in log.splitlines() if line.startswith("error:")]
     where = "commands-0.db" if given == "data_dir" else "changelog partition 0 at offset 4"
     assert len(lines) == 1 and where in lines[0], log[-3000:]
-    assert "state format 3," in lines[0] and "formats up to 2" in lines[0]
+    n = CURRENT.number
+    assert f"state format {n + 1}," in lines[0] and f"formats up to {n}" in lines[0]
     assert "Traceback" not in log, log[-3000:]
     # nothing written: no reply, no event, the changelog as it was
     assert world.read(world.replies) == []
@@ -293,4 +297,4 @@ def test_the_ordered_worker_reads_format_1_state_and_marks_it(
     assert [orjson.loads(r.value)["seq"] for r in ordered] == [3]
     assert len(dead) == 1 and b"sequence-conflict" in dead[0].value + str(dead[0].headers).encode()
     table = {r.key: r.value for r in sorted(read(changelog), key=lambda r: r.offset)}
-    assert table[MARKER] == b"2/2"
+    assert table[MARKER] == encode_marker()

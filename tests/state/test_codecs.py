@@ -211,3 +211,27 @@ def test_a_buffered_message_round_trips_with_its_headers(
     raw = codecs.encode_message(message, packed)
     assert codecs.decode_message("k", raw) == message
     assert (raw == value) == (not packed and not headers)
+
+
+@given(st.text(), st.integers(0, 2**64 - 1), st.floats(allow_nan=False))
+def test_a_forgotten_keys_marker_round_trips_and_is_described(
+    key: str, nxt: int, at: float
+) -> None:
+    from seqkeeper.processors.key_retention import Forgotten
+
+    marker = Forgotten(nxt, at)
+    raw = codecs.encode_forgotten(marker)
+    assert codecs.decode_forgotten(raw) == marker
+    family, subject, item, text = codecs.describe(codecs.forgotten_key(key), raw)
+    assert (family, subject, item) == ("forgotten", key, None)
+    assert orjson.loads(text)["next_expected"] == nxt
+    # its own family: no other family's prefix of the key reads it
+    assert codecs.forgotten_key(key)[:1] not in {
+        codecs.KEY_STATE,
+        codecs.BUFFER,
+        codecs.SEEN_ID,
+        codecs.SEEN_POSITION,
+        codecs.PROCESSED,
+        codecs.QUEUED,
+        codecs.OUTPUTS,
+    }

@@ -48,14 +48,22 @@ def content(store: MemoryStore) -> dict[bytes, bytes]:
     return dict(store.items(0))
 
 
+#: The marker this release writes, its format's number, and a marker of the
+#: format after it (which this release does not know).
+NOW = formats.encode_marker()
+N = CURRENT.number
+NEXT = f"{N + 1}/{N + 1}".encode()
+
 # -- the registry and the marker -------------------------------------------------
 def test_the_registry_numbers_formats_one_by_one_and_writes_the_last() -> None:
     assert [f.number for f in FORMATS] == list(range(1, len(FORMATS) + 1))
-    assert CURRENT is NEWEST is FORMATS[-1] and CURRENT.number == 2
+    assert CURRENT is NEWEST is FORMATS[-1] and CURRENT.number == 3
     assert FORMATS[0].migrate is None  # (nothing before the first)
     assert all(1 <= f.oldest_reader <= f.number for f in FORMATS)
-    # a release writing format 1 looks for receipts under bare messageIds only
-    assert formats.encode_marker() == b"2/2"
+    # a release writing format 1 looks for receipts under bare messageIds
+    # only; one writing format 2 does not look for forgotten-key markers
+    assert [f.oldest_reader for f in FORMATS] == [1, 2, 3]
+    assert formats.encode_marker() == b"3/3"
 
 
 def test_the_marker_is_no_family_of_either_table() -> None:
@@ -119,7 +127,7 @@ def old_receipts(mids: list[str], waiting_ids: set[str]) -> Recording:
 def expected_after_migration(mids: list[str], waiting_ids: set[str]) -> dict[bytes, bytes]:
     """Format 2 of the same receipts, built independently: each at its
     receipt id, with its indexes under the tenant-scoped keys."""
-    out: dict[bytes, bytes] = {MARKER: b"2/2"}
+    out: dict[bytes, bytes] = {MARKER: NOW}
     for mid in mids:
         r = waiting() if mid in waiting_ids else receipt()
         r = replace(r, message_id=mid)
@@ -143,9 +151,9 @@ def test_format_1_state_is_migrated_then_marked(mids: list[str], data: Any) -> N
     store = old_receipts(mids, waiting_ids)
     assert formats.open_partition(store, 0, "p0") == 1
     assert content(store) == expected_after_migration(mids, waiting_ids)
-    assert store.changes[-1] == (MARKER, b"2/2")  # the marker last: a cut migration runs again
+    assert store.changes[-1] == (MARKER, NOW)  # the marker last: a cut migration runs again
     store.changes.clear()
-    assert formats.open_partition(store, 0, "p0") == 2
+    assert formats.open_partition(store, 0, "p0") == N
     assert store.changes == []  # marked: nothing more to do
 
 
@@ -190,82 +198,82 @@ def test_the_ordered_table_gets_only_the_marker() -> None:
     store.put(0, codecs.key_state_key("w"), b"[1]")  # keys that start as old families would
     store.changes.clear()
     formats.open_partition(store, 0, "p0")
-    assert store.changes == [(MARKER, b"2/2")]
+    assert store.changes == [(MARKER, NOW)]
 
 
 def test_a_newer_partition_is_refused_and_nothing_is_written() -> None:
     store = old_receipts(["m1"], set())
-    store.put(0, MARKER, b"3/3")
+    store.put(0, MARKER, NEXT)
     store.changes.clear()
-    with pytest.raises(NewerState, match=r"state format 3, .* formats up to 2"):
+    with pytest.raises(NewerState, match=rf"state format {N + 1}, .* formats up to {N}"):
         formats.open_partition(store, 0, "commands partition 0")
     assert store.changes == []
 
 
 def test_a_newer_format_this_release_reads_is_kept_as_marked() -> None:
     store = Recording()
-    store.put(0, MARKER, b"3/2")
+    store.put(0, MARKER, f"{N + 1}/{N}".encode())
     store.changes.clear()
-    assert formats.open_partition(store, 0, "p0") == 3
+    assert formats.open_partition(store, 0, "p0") == N + 1
     assert store.changes == []  # never marked down
 
 
-def test_a_registered_format_3_is_one_entry(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_registered_next_format_is_one_entry(monkeypatch: pytest.MonkeyPatch) -> None:
     ran: list[int] = []
-    three = Format(3, "a new family", 3, lambda store, p: ran.append(p))
+    three = Format(N + 1, "a new family", N + 1, lambda store, p: ran.append(p))
     monkeypatch.setattr(formats, "FORMATS", (*FORMATS, three))
     monkeypatch.setattr(formats, "CURRENT", three)
     monkeypatch.setattr(formats, "NEWEST", three)
     store = old_receipts(["m1"], set())
-    assert formats.open_partition(store, 0, "p0") == 1  # format 1 -> 2 -> 3
-    assert ran == [0] and store.get(0, MARKER) == b"3/3"
+    assert formats.open_partition(store, 0, "p0") == 1  # format 1 -> ... -> N + 1
+    assert ran == [0] and store.get(0, MARKER) == NEXT
     assert not any(k[:1] in OLD_FAMILIES for k in content(store))
-    with pytest.raises(NewerState, match="formats up to 3"):
-        formats.readable(b"4/4", "p")
+    with pytest.raises(NewerState, match=f"formats up to {N + 1}"):
+        formats.readable(f"{N + 2}/{N + 2}".encode(), "p")
 
 
 def test_a_release_that_prepares_readers_reads_the_new_format_and_writes_the_old(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     ran: list[int] = []
-    three = Format(3, "a new family", 3, lambda store, p: ran.append(p))
+    three = Format(N + 1, "a new family", N + 1, lambda store, p: ran.append(p))
     monkeypatch.setattr(formats, "FORMATS", (*FORMATS, three))
-    monkeypatch.setattr(formats, "NEWEST", three)  # (CURRENT stays format 2)
+    monkeypatch.setattr(formats, "NEWEST", three)  # (CURRENT stays format N)
     store = old_receipts(["m1"], set())
     assert formats.open_partition(store, 0, "p0") == 1
-    assert ran == [] and store.get(0, MARKER) == b"2/2"  # migrated to 2, not 3
+    assert ran == [] and store.get(0, MARKER) == NOW  # migrated to N, not N + 1
     newer = Recording()
-    newer.put(0, MARKER, b"3/3")  # what the next release wrote: read, kept
+    newer.put(0, MARKER, NEXT)  # what the next release wrote: read, kept
     newer.changes.clear()
-    assert formats.open_partition(newer, 0, "p1") == 3 and newer.changes == []
-    formats.check_record(MARKER, b"3/3", "p")
+    assert formats.open_partition(newer, 0, "p1") == N + 1 and newer.changes == []
+    formats.check_record(MARKER, NEXT, "p")
 
 
 # -- the changelog and local databases -------------------------------------------
 def test_a_changelog_marker_too_new_stops_the_apply_before_any_write(tmp_path: Path) -> None:
     db = Rdict(str(tmp_path / "t-0.db"), Options(raw_mode=True))
     try:
-        records = [(0, 0, b"s\x00\x00\x00\x01k", b"x"), (0, 1, MARKER, b"3/3")]
+        records = [(0, 0, b"s\x00\x00\x00\x01k", b"x"), (0, 1, MARKER, NEXT)]
         with pytest.raises(NewerState, match="changelog partition 0 at offset 1"):
             apply_changelog(lambda p: db, records)
         assert list(db.keys()) == []
-        assert apply_changelog(lambda p: db, [(0, 0, MARKER, b"2/2")]) == {0: 0}
-        assert db.get(MARKER) == b"2/2"
+        assert apply_changelog(lambda p: db, [(0, 0, MARKER, NOW)]) == {0: 0}
+        assert db.get(MARKER) == NOW
     finally:
         db.close()
 
 
 def test_a_local_database_too_new_is_refused_in_one_line(tmp_path: Path) -> None:
     tables = tmp_path / "tables"
-    for name, marker in (("t-0.db", b"2/2"), ("t-1.db", b"7/4")):
+    for name, marker in (("t-0.db", NOW), ("t-1.db", b"7/5")):
         db = Rdict(str(tables / name), Options(raw_mode=True))
         db[MARKER] = marker
         db.close()
     line = refused_state(tables)
     assert line is not None and "\n" not in line
-    assert "t-1.db" in line and "state format 7" in line and "up to 2" in line
+    assert "t-1.db" in line and "state format 7" in line and f"up to {N}" in line
     db = Rdict(str(tables / "t-1.db"), Options(raw_mode=True))
-    db[MARKER] = b"2/2"
+    db[MARKER] = NOW
     db.close()
     assert refused_state(tables) is None
     assert refused_state(tmp_path / "none") is None
