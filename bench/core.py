@@ -114,7 +114,7 @@ class Core:
         if self.families is not None:
             for partition_writes in writes.values():
                 for key, value, _ in partition_writes.records():
-                    self.families[key[:1], "delete" if value is None else "write"] += 1
+                    self.families[(key or b"")[:1], "delete" if value is None else "write"] += 1
         t1 = clock()
         await self.store.flush(writes)
         t2 = clock()
