@@ -118,8 +118,6 @@ SMOKE = Sizes(
 )
 
 
-
-
 def workload(
     messages: int, keys: int, seed: int = 1, late: float = 0.2, window: int = 50, dup: float = 0.05
 ) -> tuple[Records, int]:
@@ -159,13 +157,6 @@ def workload(
     return records, messages
 
 
-
-
-
-
-
-
-
 #: The issue's lines that the table judges and the plots draw: seqkeeper's
 #: throughput against the limit's, and p99 latency at half of its throughput.
 LIMIT_RATIO = 0.5
@@ -197,12 +188,6 @@ GUARANTEE_RATIO = 0.8
 #: every interval (exactly-once: every outbox cycle); short, so the wait
 #: for the last commit is small, and the same for both.
 GUARANTEE_COMMIT_INTERVAL = 0.2
-
-
-
-
-
-
 
 
 def changelog_ends(bootstrap: str, settings: Settings) -> dict[int, int]:
@@ -414,12 +399,6 @@ def _still(look: Callable[[], Any], timeout: float = 60.0, looks: int = 4) -> An
         same = same + 1 if now == last else 1
         last = now
     return last
-
-
-
-
-
-
 
 
 class Bench:
@@ -1138,6 +1117,14 @@ class Bench:
         workers = [a, b]
         try:
             _settled(workers, s.broker.partitions, replicas)
+            # (what the assignments wrote, such as each partition's state
+            # format marker, counted out of both once the standbys have it)
+            before = _still(
+                lambda: (
+                    sum(changelog_ends(self.bootstrap, s).values()),
+                    sum(_standby_applied(w) for w in workers),
+                )
+            )[0]
             cpu0 = [_cpu_seconds(w.pid) for w in workers]
             applied0 = [_standby_applied(w) for w in workers]
             rate, counted = measure_output(
@@ -1150,12 +1137,15 @@ class Bench:
                     publish(self.bootstrap, s.ordered.input_topic, self.records)
                 ),
             )
-            changelog = _still(
-                lambda: (
-                    sum(changelog_ends(self.bootstrap, s).values()),
-                    sum(_standby_applied(w) for w in workers),
-                )
-            )[0]
+            changelog = (
+                _still(
+                    lambda: (
+                        sum(changelog_ends(self.bootstrap, s).values()),
+                        sum(_standby_applied(w) for w in workers),
+                    )
+                )[0]
+                - before
+            )
             cpu = [_cpu_seconds(w.pid) - c for w, c in zip(workers, cpu0, strict=True)]
             applied = [_standby_applied(w) - c for w, c in zip(workers, applied0, strict=True)]
         finally:
@@ -1419,10 +1409,6 @@ async def _paced(
     await task
 
 
-
-
-
-
 async def _consume_all(bootstrap: str, topic: str, n: int) -> None:
     from aiokafka import AIOKafkaConsumer
 
@@ -1444,8 +1430,6 @@ async def _consume_all(bootstrap: str, topic: str, n: int) -> None:
         await consumer.stop()
 
 
-
-
 def machine() -> dict[str, Any]:
     mem = 0
     for line in Path("/proc/meminfo").read_text().splitlines():
@@ -1463,10 +1447,6 @@ def machine() -> dict[str, Any]:
         "memory_mb": mem,
         "python": platform.python_version(),
     }
-
-
-
-
 
 
 def run(bench: Bench, only: set[str] | None = None) -> dict[str, Any]:
