@@ -83,11 +83,16 @@ def _partitions(records: Records) -> list[int]:
 class Core:
     """One fresh topology and store (a new RocksDB) per run."""
 
-    def __init__(self, settings: Settings, directory: Path, processor: Any = None) -> None:
+    def __init__(
+        self, settings: Settings, directory: Path, processor: Any = None, atomic: bool = False
+    ) -> None:
         self.local = AcknowledgingProducer(PARTITIONS, PRODUCER_BATCH_BYTES)
         self.producer = BatchProducer(lambda: self.local)
+        #: the exactly-once cycle's order (``--exactly-once``): a batch is
+        #: confirmed as it is taken, and each cycle's records commit together
+        self.atomic = atomic
         self.store = FaustRocksStore(
-            _table(directory, settings), self.producer, deferred=codecs.BUFFER
+            _table(directory, settings), self.producer, deferred=codecs.BUFFER, atomic=atomic
         )
         self.topology = OrderedTopology(settings, Stores(self.store), processor)
         self.topology.on_assigned(set(range(PARTITIONS)))
@@ -110,6 +115,9 @@ class Core:
         clock, parts = time.perf_counter, self.parts
         t0 = clock()
         batch = self.topology.take()
+        if self.atomic:  # (Task.take's E2; the outputs go in the transaction)
+            self.topology.confirm(batch)
+            self.topology.settle()
         writes = self.store.take_writes()
         if self.families is not None:
             for partition_writes in writes.values():
@@ -120,7 +128,7 @@ class Core:
         t2 = clock()
         parts["take"] += t1 - t0
         parts["changelog and local writes"] += t2 - t1
-        if not batch:
+        if not batch or self.atomic:
             return
         grouped = await self.producer.group(batch.records, str)
         t3 = clock()
@@ -224,7 +232,7 @@ def families(args: argparse.Namespace) -> dict[str, float]:
     untimed): where point 2 of issue 47 looks for writes to coalesce."""
     settings, records, partitions = _setup(args)
     with tempfile.TemporaryDirectory(prefix="seqkeeper-core-") as tmp:
-        core = Core(settings, Path(tmp), count if args.processor else None)
+        core = Core(settings, Path(tmp), count if args.processor else None, args.exactly_once)
         core.families = Counter()
         asyncio.run(core.run(records, partitions, args.cycle))
     per = {
@@ -281,6 +289,11 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument(
         "--processor", action="store_true", help="with an ordered processor (a count per key)"
+    )
+    parser.add_argument(
+        "--exactly-once",
+        action="store_true",
+        help="--families in the exactly-once cycle's order (confirmed as taken, atomic)",
     )
     parser.add_argument("--once", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--skip", action="store_true", help=argparse.SUPPRESS)
