@@ -101,6 +101,8 @@ class Core:
         )
         #: changelog records by family byte and kind (``--families``)
         self.families: Counter[tuple[bytes, str]] | None = None
+        #: their keys' and values' bytes (``--families``)
+        self.family_bytes = 0
 
     @staticmethod
     async def processed(stage: Any) -> None:
@@ -123,6 +125,7 @@ class Core:
             for partition_writes in writes.values():
                 for key, value, _ in partition_writes.records():
                     self.families[(key or b"")[:1], "delete" if value is None else "write"] += 1
+                    self.family_bytes += len(key or b"") + len(value or b"")
         t1 = clock()
         await self.store.flush(writes)
         t2 = clock()
@@ -227,12 +230,13 @@ NAMES = {
 }
 
 
-def families(args: argparse.Namespace) -> dict[str, float]:
+def families(args: argparse.Namespace, sizes: dict[str, float] | None = None) -> dict[str, float]:
     """Changelog records per input record, by family and kind (one run,
     untimed): where point 2 of issue 47 looks for writes to coalesce."""
     settings, records, partitions = _setup(args)
     with tempfile.TemporaryDirectory(prefix="seqkeeper-core-") as tmp:
-        core = Core(settings, Path(tmp), count if args.processor else None, args.exactly_once)
+        atomic = getattr(args, "exactly_once", False)
+        core = Core(settings, Path(tmp), count if args.processor else None, atomic)
         core.families = Counter()
         asyncio.run(core.run(records, partitions, args.cycle))
     per = {
@@ -240,6 +244,8 @@ def families(args: argparse.Namespace) -> dict[str, float]:
         for (family, kind), n in sorted(core.families.items())
     }
     per["all"] = sum(core.families.values()) / len(records)
+    if sizes is not None:
+        sizes["key and value bytes"] = core.family_bytes / len(records)
     return per
 
 
@@ -299,8 +305,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--skip", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.families:
-        for name, n in families(args).items():
+        sizes: dict[str, float] = {}
+        for name, n in families(args, sizes).items():
             print(f"{name}: {n:.3f} changelog records per input record")
+        for name, n in sizes.items():
+            print(f"{name}: {n:.1f} per input record")
         return
     if args.instructions:
         print(f"{instructions(args):,} instructions per record")
