@@ -83,11 +83,16 @@ def _partitions(records: Records) -> list[int]:
 class Core:
     """One fresh topology and store (a new RocksDB) per run."""
 
-    def __init__(self, settings: Settings, directory: Path, processor: Any = None) -> None:
+    def __init__(
+        self, settings: Settings, directory: Path, processor: Any = None, atomic: bool = False
+    ) -> None:
         self.local = AcknowledgingProducer(PARTITIONS, PRODUCER_BATCH_BYTES)
         self.producer = BatchProducer(lambda: self.local)
+        #: the exactly-once cycle's order (``--exactly-once``): a batch is
+        #: confirmed as it is taken, and each cycle's records commit together
+        self.atomic = atomic
         self.store = FaustRocksStore(
-            _table(directory, settings), self.producer, deferred=codecs.BUFFER
+            _table(directory, settings), self.producer, deferred=codecs.BUFFER, atomic=atomic
         )
         self.topology = OrderedTopology(settings, Stores(self.store), processor)
         self.topology.on_assigned(set(range(PARTITIONS)))
@@ -96,6 +101,8 @@ class Core:
         )
         #: changelog records by family byte and kind (``--families``)
         self.families: Counter[tuple[bytes, str]] | None = None
+        #: their keys' and values' bytes (``--families``)
+        self.family_bytes = 0
 
     @staticmethod
     async def processed(stage: Any) -> None:
@@ -110,17 +117,21 @@ class Core:
         clock, parts = time.perf_counter, self.parts
         t0 = clock()
         batch = self.topology.take()
+        if self.atomic:  # (Task.take's E2; the outputs go in the transaction)
+            self.topology.confirm(batch)
+            self.topology.settle()
         writes = self.store.take_writes()
         if self.families is not None:
             for partition_writes in writes.values():
                 for key, value, _ in partition_writes.records():
                     self.families[(key or b"")[:1], "delete" if value is None else "write"] += 1
+                    self.family_bytes += len(key or b"") + len(value or b"")
         t1 = clock()
         await self.store.flush(writes)
         t2 = clock()
         parts["take"] += t1 - t0
         parts["changelog and local writes"] += t2 - t1
-        if not batch:
+        if not batch or self.atomic:
             return
         grouped = await self.producer.group(batch.records, str)
         t3 = clock()
@@ -219,12 +230,13 @@ NAMES = {
 }
 
 
-def families(args: argparse.Namespace) -> dict[str, float]:
+def families(args: argparse.Namespace, sizes: dict[str, float] | None = None) -> dict[str, float]:
     """Changelog records per input record, by family and kind (one run,
     untimed): where point 2 of issue 47 looks for writes to coalesce."""
     settings, records, partitions = _setup(args)
     with tempfile.TemporaryDirectory(prefix="seqkeeper-core-") as tmp:
-        core = Core(settings, Path(tmp), count if args.processor else None)
+        atomic = getattr(args, "exactly_once", False)
+        core = Core(settings, Path(tmp), count if args.processor else None, atomic)
         core.families = Counter()
         asyncio.run(core.run(records, partitions, args.cycle))
     per = {
@@ -232,6 +244,8 @@ def families(args: argparse.Namespace) -> dict[str, float]:
         for (family, kind), n in sorted(core.families.items())
     }
     per["all"] = sum(core.families.values()) / len(records)
+    if sizes is not None:
+        sizes["key and value bytes"] = core.family_bytes / len(records)
     return per
 
 
@@ -282,12 +296,20 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--processor", action="store_true", help="with an ordered processor (a count per key)"
     )
+    parser.add_argument(
+        "--exactly-once",
+        action="store_true",
+        help="--families in the exactly-once cycle's order (confirmed as taken, atomic)",
+    )
     parser.add_argument("--once", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--skip", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.families:
-        for name, n in families(args).items():
+        sizes: dict[str, float] = {}
+        for name, n in families(args, sizes).items():
             print(f"{name}: {n:.3f} changelog records per input record")
+        for name, n in sizes.items():
+            print(f"{name}: {n:.1f} per input record")
         return
     if args.instructions:
         print(f"{instructions(args):,} instructions per record")

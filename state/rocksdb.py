@@ -38,6 +38,12 @@ or once the held-back offset is :data:`CHECKPOINT_RECORDS` ahead (the bound
 on the tail a restart replays), or when :data:`DEFERRED_KEPT` wait. The
 write-ahead log stays on (not synced): without it a ``kill -9`` loses the
 memtables, and the offset with them.
+
+Under exactly-once (``atomic``) a taken cycle's records commit in one
+transaction with its outputs, so a write that a later write of the cycle
+deletes is not sent, nor the delete when the key held nothing before the
+cycle: a reorder-buffer entry put and confirmed in one cycle costs no
+changelog record.
 """
 
 from __future__ import annotations
@@ -219,7 +225,10 @@ class Cycle(dict[int, Writes]):
 class FaustRocksStore:
     """``deferred``: the key prefix (one byte) whose committed local writes
     wait longer (see the module docstring); ``keep``: how many of those at
-    most; ``checkpoint``: see :data:`CHECKPOINT_RECORDS`."""
+    most; ``checkpoint``: see :data:`CHECKPOINT_RECORDS`; ``atomic``: each
+    taken cycle's records commit in one transaction or not at all
+    (exactly-once), so :meth:`take_writes` leaves out what a later write of
+    the cycle deletes (:meth:`_coalesce`)."""
 
     def __init__(
         self,
@@ -228,8 +237,10 @@ class FaustRocksStore:
         deferred: bytes | None = None,
         keep: int = DEFERRED_KEPT,
         checkpoint: int = CHECKPOINT_RECORDS,
+        atomic: bool = False,
     ) -> None:
         self.table = table
+        self.atomic = atomic
         self.name: str = table.name
         self.producer = producer
         self.keep = keep
@@ -262,6 +273,9 @@ class FaustRocksStore:
         until :meth:`committed` is told the changelog has them."""
         cycle = Cycle(self._queued, self._local, self._fresh)
         self._queued, self._local, self._fresh = {}, {}, {}
+        if self.atomic:  # (before the cycle joins those in flight: _present reads them)
+            for partition in [p for p, w in cycle.items() if self._coalesce(p, w)]:
+                del cycle[partition]  # (its local writes still commit with the cycle)
         if cycle or cycle.local or cycle.fresh:
             self._flight.append(cycle)
         return cycle
@@ -275,6 +289,66 @@ class FaustRocksStore:
         topic = self.table.changelog_topic
         sent = await self.producer.send({(topic, p): w.records() for p, w in writes.items()})
         self.committed(writes, sent)
+
+    def _coalesce(self, partition: int, writes: Writes) -> bool:
+        """Under ``atomic``: leave out of a partition's taken records every
+        write of a key that a later write of the same cycle deletes, and the
+        delete itself when the key was absent before the cycle (a message
+        put in the reorder buffer and released, produced and confirmed in
+        the same transaction). The transaction commits all of the cycle's
+        records with its outputs or none of them, so what the changelog
+        holds once it commits is the same, and no reader of committed
+        records sees a state between two records of one transaction. (Under
+        at-least-once each record may be the last one durable: none is left
+        out.) Whether nothing is left."""
+        if writes.placed is not None:
+            writes._merge()
+        keys, values = writes.keys, writes.values
+        last = {key: i for i, key in enumerate(keys)}
+        if len(last) == len(keys):  # (no key written twice)
+            return not keys
+        kept_keys: list[bytes] = []
+        kept_values: list[bytes | None] = []
+        dropped: set[bytes] = set()
+        for i, key in enumerate(keys):
+            end = last[key]
+            if values[end] is None:  # the cycle's last write of the key deletes it
+                if i != end:
+                    dropped.add(key)
+                    continue
+                if key in dropped and not self._present(partition, key):
+                    continue
+            kept_keys.append(key)
+            kept_values.append(values[i])
+        writes.keys, writes.values = kept_keys, kept_values
+        return not kept_keys
+
+    def _present(self, partition: int, key: bytes) -> bool:
+        """Whether ``key`` holds a value before the cycle being taken: in a
+        cycle in flight (which commits before it, or it never does), in the
+        committed writes waiting in memory, or in RocksDB."""
+        opened = self._open
+        if opened is None:
+            opened = self._open = self.table.open_dbs()
+        if partition not in opened:  # (revoked: reopening would hold its lock)
+            return True  # (the delete is kept: harmless)
+        deferred = key[0] == self._family
+        for cycle in reversed(self._flight):
+            layer = (cycle.fresh if deferred else cycle.local).get(partition)
+            if layer is not None:
+                found = layer.get(key, _ABSENT)
+                if found is not _ABSENT:
+                    return found is not None
+        if deferred:
+            waiting = self._waiting.get(partition)
+            if waiting is not None:
+                found = waiting.get(key, _ABSENT)
+                if found is not _ABSENT:
+                    return found is not None
+            in_db = self._in_db.get(partition)
+            if in_db is not None and key not in in_db:
+                return False
+        return self._db(partition).get(key) is not None
 
     @property
     def changelog_topic(self) -> str:

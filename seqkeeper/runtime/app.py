@@ -280,10 +280,13 @@ def build_app(
         options=settings.runtime.rocksdb_options(),
         extra_topic_configs=settings.ordered.changelog_topic_configs(),
     )
-    store = FaustRocksStore(RocksTable(table), app.batch_producer, deferred=wiring.deferred)
+    atomic = settings.runtime.processing_guarantee == "exactly_once"
+    store = FaustRocksStore(
+        RocksTable(table), app.batch_producer, deferred=wiring.deferred, atomic=atomic
+    )
     topology = wiring.build(store)
     transactions = None
-    if settings.runtime.processing_guarantee == "exactly_once":
+    if atomic:
         transactions = exactly_once(app, settings, wiring.input_topic)
     task = Task(
         topology,

@@ -59,3 +59,24 @@ def test_families_count_each_changelog_record_once() -> None:
     # one seen id (and its place in the window) per distinct message
     assert round(per["seen_id write"] * len(records)) == distinct
     assert not any(name.startswith("processed") for name in per)
+
+
+def test_families_under_exactly_once_leave_out_buffer_entries_released_in_their_cycle() -> None:
+    import argparse
+
+    from seqkeeper.bench.core import families
+
+    def run(exactly_once: bool) -> dict[str, float]:
+        args = argparse.Namespace(
+            messages=600, keys=30, cycle=50, processor=True, exactly_once=exactly_once
+        )
+        return families(args)
+
+    before, after = run(False), run(True)
+    # each entry still written is deleted in a later transaction
+    assert after.get("buffer write", 0) == after.get("buffer delete", 0)
+    assert after.get("buffer write", 0) < before["buffer write"]
+    # a processor's stored outputs are taken and confirmed in one transaction
+    assert not any(name.startswith("outputs") for name in after)
+    assert after["seen_id write"] == before["seen_id write"]
+    assert after["all"] < before["all"]
