@@ -107,8 +107,9 @@ def test_smoke_run_writes_every_figure(broker, smoke: Smoke, tmp_path) -> None:
     ):
         assert any(expected in n for n in names), expected
     # (the standbys' CPU per record is a difference of two pairs' CPU: at
-    # this size it is noise, of either sign)
-    assert all(f["value"] > 0 for f in result["figures"] if not f["name"].startswith("CPU per"))
+    # this size it is noise, of either sign; the quix section's CPU per
+    # record, over a tiny run's window, can be shorter than a CPU tick: 0)
+    assert all(f["value"] > 0 for f in result["figures"] if "CPU per" not in f["name"])
     assert {r["name"] for r in result["ratios"]} >= {"seqkeeper / limit", "seqkeeper / peer"}
     # two rounds of limit and seqkeeper: the ratio is the median of the rounds'
     to_limit = next(r for r in result["ratios"] if r["name"] == "seqkeeper / limit")
