@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
+import statistics
 import sys
 import time
 from collections.abc import Callable
@@ -193,47 +194,101 @@ def check_output(bootstrap: str, topic: str, ids: set[str], guarantee: str) -> d
     return {"output records": len(got), "repeated": twice}
 
 
-def quix_run(bench: Bench, guarantee: str) -> Run:
+def quix_run(bench: Bench, guarantee: str, ids: set[str]) -> Run:
     """Quix Streams over the bench's workload (:mod:`seqkeeper.bench.quix`)."""
-
     tag = _tag("quix")
     src, dst = f"{tag}.in", f"{tag}.out"
     bench.topics([src, dst])
     asyncio.run(publish(bench.bootstrap, src, bench.records))
-    committed = guarantee == "exactly_once"
     with process(
         [sys.executable, "-m", "seqkeeper.bench.quix"],
         _quix_env(bench, tag, src, dst, guarantee),
         bench.workdir / f"{tag}.log",
     ) as p:
-        sampler = Sampler(p.pid, lambda: p.poll() is None)
-        rate, counted = measure_output(
-            bench.bootstrap,
-            dst,
-            len(bench.records) if committed else bench.distinct,
-            sampler,
-            bench.timeout(bench.distinct),
-            committed=(tag, src) if committed else None,
-        )
-        cpu = sampler.since(time.monotonic() - counted / rate)
-        rss = _peak_rss_mb(p.pid)
+        measured = _measure(bench, guarantee, p.pid, lambda: p.poll() is None, dst, (tag, src))
     changelogs = asyncio.run(_topics_named(bench.bootstrap, f"changelog__{tag}"))
-    ids = {orjson.loads(v)["messageId"] for _, v in bench.records if v}
-    checked = check_output(bench.bootstrap, dst, ids, guarantee)
-    if committed:
-        figure = _figure_committed(f"Quix Streams {guarantee}", rate, counted)
+    run = _run(bench, "Quix Streams", guarantee, measured, dst, changelogs, ids)
+    run.figure.detail["log"] = str(bench.workdir / f"{tag}.log")
+    run.extra["changelog topics"] = changelogs
+    return run
+
+
+def seqkeeper_run(bench: Bench, guarantee: str, ids: set[str]) -> Run:
+    """seqkeeper over the same workload, with the same commit interval."""
+    from seqkeeper.worker import WorkerProcess
+
+    tag = _tag("seqkeeper")
+    s = bench.settings(tag, processing_guarantee=guarantee, commit_interval=COMMIT_INTERVAL)
+    bench.topics(s.topics())
+    asyncio.run(publish(bench.bootstrap, s.ordered.input_topic, bench.records))
+    changelog = f"{s.group_id}-state-changelog"
+    w = WorkerProcess(s, bench.workdir / f"{tag}.log", "warning").start()
+    try:
+        measured = _measure(
+            bench,
+            guarantee,
+            w.pid,
+            w.running,
+            s.ordered.ordered_topic,
+            (s.group_id, s.ordered.input_topic),
+            start_on=[changelog, s.ordered.deduped_topic],
+        )
+    finally:
+        w.stop()
+    run = _run(bench, "seqkeeper", guarantee, measured, s.ordered.ordered_topic, [changelog], ids)
+    run.figure.detail["log"] = str(w.log_path)
+    return run
+
+
+def _measure(
+    bench: Bench,
+    guarantee: str,
+    pid: int | None,
+    alive: Callable[[], bool],
+    output: str,
+    group_and_source: tuple[str, str],
+    start_on: list[str] | None = None,
+) -> tuple[float, int, float, float]:
+    """(rate, records counted, CPU seconds of the measured window, peak RSS
+    MB) of the running process ``pid`` writing ``output``: its output's end
+    offsets under at-least-once, its group's committed input offsets under
+    exactly-once (:func:`measure_output`)."""
+    committed = guarantee == "exactly_once"
+    sampler = Sampler(pid, alive)
+    rate, counted = measure_output(
+        bench.bootstrap,
+        output,
+        len(bench.records) if committed else bench.distinct,
+        sampler,
+        bench.timeout(bench.distinct),
+        start_on=start_on or (),
+        committed=group_and_source if committed else None,
+    )
+    return rate, counted, sampler.since(time.monotonic() - counted / rate), _peak_rss_mb(pid)
+
+
+def _run(
+    bench: Bench,
+    system: str,
+    guarantee: str,
+    measured: tuple[float, int, float, float],
+    output: str,
+    changelogs: list[str],
+    ids: set[str],
+) -> Run:
+    """A measured run as a figure, its output checked (:func:`check_output`)."""
+    rate, counted, cpu, rss = measured
+    checked = check_output(bench.bootstrap, output, ids, guarantee)
+    if guarantee == "exactly_once":
+        figure = _figure_committed(f"{system} {guarantee}", rate, counted)
+        changelog_records = 0  # (end offsets would count commit markers)
     else:
         figure = _per_input(
-            f"Quix Streams {guarantee}: input per s", rate, len(bench.records), bench.distinct
+            f"{system} {guarantee}: input per s", rate, len(bench.records), bench.distinct
         )
-    figure.detail.update(checked, log=str(bench.workdir / f"{tag}.log"))
-    return Run(
-        figure,
-        _changelog_records(bench.bootstrap, changelogs) if not committed else 0,
-        cpu,
-        rss,
-        {"changelog topics": changelogs},
-    )
+        changelog_records = _changelog_records(bench.bootstrap, changelogs)
+    figure.detail.update(checked)
+    return Run(figure, changelog_records, cpu, rss)
 
 
 def _quix_env(bench: Bench, tag: str, src: str, dst: str, guarantee: str) -> dict[str, str]:
@@ -249,55 +304,11 @@ def _quix_env(bench: Bench, tag: str, src: str, dst: str, guarantee: str) -> dic
 
 
 def _figure_committed(name: str, rate: float, counted: int) -> Figure:
-
     return Figure(
         f"{name}: input per s to committed offsets",
         rate,
         "msg/s",
         detail={"counted": counted, "clock": "first sign of work to committed input offsets"},
-    )
-
-
-def seqkeeper_run(bench: Bench, guarantee: str) -> Run:
-    """seqkeeper over the same workload, with the same commit interval."""
-    from seqkeeper.worker import WorkerProcess
-
-    tag = _tag("seqkeeper")
-    s = bench.settings(tag, processing_guarantee=guarantee, commit_interval=COMMIT_INTERVAL)
-    bench.topics(s.topics())
-    asyncio.run(publish(bench.bootstrap, s.ordered.input_topic, bench.records))
-    committed = guarantee == "exactly_once"
-    changelog = f"{s.group_id}-state-changelog"
-    w = WorkerProcess(s, bench.workdir / f"{tag}.log", "warning").start()
-    try:
-        sampler = Sampler(w.pid, w.running)
-        rate, counted = measure_output(
-            bench.bootstrap,
-            s.ordered.ordered_topic,
-            len(bench.records) if committed else bench.distinct,
-            sampler,
-            bench.timeout(bench.distinct),
-            start_on=[changelog, s.ordered.deduped_topic],
-            committed=(s.group_id, s.ordered.input_topic) if committed else None,
-        )
-        cpu = sampler.since(time.monotonic() - counted / rate)
-        rss = _peak_rss_mb(w.pid)
-    finally:
-        w.stop()
-    ids = {orjson.loads(v)["messageId"] for _, v in bench.records if v}
-    checked = check_output(bench.bootstrap, s.ordered.ordered_topic, ids, guarantee)
-    if committed:
-        figure = _figure_committed(f"seqkeeper {guarantee}", rate, counted)
-    else:
-        figure = _per_input(
-            f"seqkeeper {guarantee}: input per s", rate, len(bench.records), bench.distinct
-        )
-    figure.detail.update(checked, log=str(w.log_path))
-    return Run(
-        figure,
-        _changelog_records(bench.bootstrap, [changelog]) if not committed else 0,
-        cpu,
-        rss,
     )
 
 
@@ -341,6 +352,7 @@ def section(bench: Bench) -> tuple[list[Figure], list[Figure]]:
     ratios: list[Figure] = []
     rounds = max(1, bench.sizes.rounds)
     n_in = len(bench.records)
+    ids = {orjson.loads(v)["messageId"] for _, v in bench.records if v}
     for guarantee in guarantees:
         runs: dict[str, list[Run]] = {"seqkeeper": [], "Quix Streams": []}
         for n in range(1, rounds + 1):
@@ -348,7 +360,7 @@ def section(bench: Bench) -> tuple[list[Figure], list[Figure]]:
             # the order flips each round: a machine that drifts favours neither
             order = ["seqkeeper", "Quix Streams"] if n % 2 else ["Quix Streams", "seqkeeper"]
             for system in order:
-                run = (seqkeeper_run if system == "seqkeeper" else quix_run)(bench, guarantee)
+                run = (seqkeeper_run if system == "seqkeeper" else quix_run)(bench, guarantee, ids)
                 runs[system].append(run)
                 bench.say(f"  {system}: {run.figure.value:,.0f} msg/s")
         for system, done in runs.items():
@@ -365,18 +377,22 @@ def section(bench: Bench) -> tuple[list[Figure], list[Figure]]:
             figures.append(
                 Figure(
                     f"{system} {guarantee}: CPU per input record",
-                    _median([r.cpu_seconds / n_in * 1e6 for r in done]),
+                    statistics.median([r.cpu_seconds / n_in * 1e6 for r in done]),
                     "µs",
                 )
             )
             figures.append(
-                Figure(f"{system} {guarantee}: peak RSS", _median([r.rss_mb for r in done]), "MB")
+                Figure(
+                    f"{system} {guarantee}: peak RSS",
+                    statistics.median([r.rss_mb for r in done]),
+                    "MB",
+                )
             )
             if guarantee == "at_least_once":
                 figures.append(
                     Figure(
                         f"{system}: changelog records per input record",
-                        _median([r.changelog_records / n_in for r in done]),
+                        statistics.median([r.changelog_records / n_in for r in done]),
                         "records",
                     )
                 )
@@ -390,7 +406,8 @@ def section(bench: Bench) -> tuple[list[Figure], list[Figure]]:
             )
         )
         half = {
-            s: max(10.0, _median([r.figure.value for r in done]) / 2) for s, done in runs.items()
+            s: max(10.0, statistics.median([r.figure.value for r in done]) / 2)
+            for s, done in runs.items()
         }
         for rate_name, rates in (("moderate", dict.fromkeys(runs, MODERATE_RATE)), ("half", half)):
             bench.say(f"latency, {guarantee}, {rate_name} rate")
@@ -411,9 +428,3 @@ def section(bench: Bench) -> tuple[list[Figure], list[Figure]]:
     for figure in figures:
         figure.name = f"{PREFIX}{figure.name}"
     return figures, ratios
-
-
-def _median(values: list[float]) -> float:
-    import statistics
-
-    return statistics.median(values) if values else 0.0
