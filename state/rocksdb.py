@@ -324,31 +324,17 @@ class FaustRocksStore:
         return not kept_keys
 
     def _present(self, partition: int, key: bytes) -> bool:
-        """Whether ``key`` holds a value before the cycle being taken: in a
-        cycle in flight (which commits before it, or it never does), in the
-        committed writes waiting in memory, or in RocksDB."""
+        """Whether ``key`` holds a value before the cycle being taken: called
+        while :meth:`take_writes` holds the cycle apart (the current layers
+        emptied, the cycle not yet in flight), :meth:`get` reads exactly
+        that: the cycles in flight (which commit before it, or it never
+        does), the committed writes waiting in memory, RocksDB."""
         opened = self._open
         if opened is None:
             opened = self._open = self.table.open_dbs()
         if partition not in opened:  # (revoked: reopening would hold its lock)
             return True  # (the delete is kept: harmless)
-        deferred = key[0] == self._family
-        for cycle in reversed(self._flight):
-            layer = (cycle.fresh if deferred else cycle.local).get(partition)
-            if layer is not None:
-                found = layer.get(key, _ABSENT)
-                if found is not _ABSENT:
-                    return found is not None
-        if deferred:
-            waiting = self._waiting.get(partition)
-            if waiting is not None:
-                found = waiting.get(key, _ABSENT)
-                if found is not _ABSENT:
-                    return found is not None
-            in_db = self._in_db.get(partition)
-            if in_db is not None and key not in in_db:
-                return False
-        return self._db(partition).get(key) is not None
+        return self.get(partition, key) is not None
 
     @property
     def changelog_topic(self) -> str:
