@@ -8,6 +8,7 @@ read or waited for."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import random
 import signal
 import threading
@@ -274,9 +275,10 @@ def test_a_worker_killed_mid_transaction_leaves_nothing_aborted_in_the_store(
     settings: Settings = make_settings(partitions=2, gap_timeout=600.0)
     bootstrap = kafka.bootstrap
     asyncio.run(create_topics(bootstrap, settings.topics(), 2))
-    # (enough input that the feed still runs through every attempt below
-    # on a loaded machine: with none left, no transaction is ever open)
-    w = generate(messages=15000, keys=40, malformed=0, seed=3)
+    # (more input than every attempt below can take while a worker runs, at
+    # the feed's pace: with none left no transaction is ever open; in order
+    # per key, so that the feed may stop anywhere and leave no gap)
+    w = generate(messages=60000, keys=40, malformed=0, seed=3, jitter=0)
     chunks = [w.records[i : i + 50] for i in range(0, len(w.records), 50)]
 
     async def feed() -> None:
@@ -286,17 +288,15 @@ def test_a_worker_killed_mid_transaction_leaves_nothing_aborted_in_the_store(
         producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5)
         await producer.start()
         try:
-            while chunks:
+            while chunks and not killed.is_set():
                 # (only while a worker runs: input sent while the next one
                 # starts would be a backlog, and it could run out before a
                 # kill falls inside a transaction)
-                if not killed.is_set():
-                    await asyncio.to_thread(ready.wait, 120)
+                await asyncio.to_thread(ready.wait, 120)
                 for key, value in chunks.pop(0):
                     await producer.send(settings.ordered.input_topic, value, key=key)
                 await producer.flush()
-                if not killed.is_set():
-                    await asyncio.sleep(0.2)
+                await asyncio.sleep(0.2)
         finally:
             await producer.stop()
 
@@ -304,11 +304,16 @@ def test_a_worker_killed_mid_transaction_leaves_nothing_aborted_in_the_store(
     changelog = f"{settings.group_id}-state-changelog"
     written = [o.ordered_topic, o.deduped_topic, o.dlq_topic, changelog]
     ready = threading.Event()  # (the feed runs while a worker runs)
-    killed = threading.Event()  # (then the rest at once)
+    killed = threading.Event()  # (then no more)
     feeding = threading.Thread(target=asyncio.run, args=(feed(),))
     feeding.start()
     try:
-        for attempt in range(6):  # (until a kill leaves a transaction open)
+        # (until a kill leaves a transaction open: each freeze finds one with
+        # a small chance, and a loaded machine makes fewer freezes per attempt)
+        budget = time.monotonic() + 300
+        for attempt in itertools.count():
+            if attempt and time.monotonic() > budget:
+                break
             worker = WorkerProcess(settings, tmp_path / f"killed-{attempt}.log").start()
             try:
                 worker.wait_ready()
