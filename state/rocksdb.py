@@ -40,10 +40,10 @@ write-ahead log stays on (not synced): without it a ``kill -9`` loses the
 memtables, and the offset with them.
 
 Under exactly-once (``atomic``) a taken cycle's records commit in one
-transaction with its outputs, so a write that a later write of the cycle
-deletes is not sent, nor the delete when the key held nothing before the
-cycle: a reorder-buffer entry put and confirmed in one cycle costs no
-changelog record.
+transaction with its outputs, so only a key's last write of the cycle is
+sent, and not even that when it deletes a key that held nothing before the
+cycle: a key state costs one record per cycle, and a reorder-buffer entry
+put and confirmed in one cycle none.
 """
 
 from __future__ import annotations
@@ -292,15 +292,17 @@ class FaustRocksStore:
 
     def _coalesce(self, partition: int, writes: Writes) -> bool:
         """Under ``atomic``: leave out of a partition's taken records every
-        write of a key that a later write of the same cycle deletes, and the
-        delete itself when the key was absent before the cycle (a message
-        put in the reorder buffer and released, produced and confirmed in
-        the same transaction). The transaction commits all of the cycle's
-        records with its outputs or none of them, so what the changelog
-        holds once it commits is the same, and no reader of committed
-        records sees a state between two records of one transaction. (Under
-        at-least-once each record may be the last one durable: none is left
-        out.) Whether nothing is left."""
+        write of a key that a later write of the same cycle replaces (one
+        record per key at most: a key state rewritten by each step of a
+        cycle costs one record), and the delete itself when the key was
+        written before it in the cycle and held nothing before the cycle (a
+        message put in the reorder buffer and released, produced and
+        confirmed in the same transaction). The transaction commits all of
+        the cycle's records with its outputs or none of them, so what the
+        changelog holds once it commits is the same, and no reader of
+        committed records sees a state between two records of one
+        transaction. (Under at-least-once each record may be the last one
+        durable: none is left out.) Whether nothing is left."""
         if writes.placed is not None:
             writes._merge()
         keys, values = writes.keys, writes.values
@@ -309,17 +311,16 @@ class FaustRocksStore:
             return not keys
         kept_keys: list[bytes] = []
         kept_values: list[bytes | None] = []
-        dropped: set[bytes] = set()
+        replaced: set[bytes] = set()
         for i, key in enumerate(keys):
-            end = last[key]
-            if values[end] is None:  # the cycle's last write of the key deletes it
-                if i != end:
-                    dropped.add(key)
-                    continue
-                if key in dropped and not self._present(partition, key):
-                    continue
+            if last[key] != i:
+                replaced.add(key)
+                continue
+            value = values[i]
+            if value is None and key in replaced and not self._present(partition, key):
+                continue
             kept_keys.append(key)
-            kept_values.append(values[i])
+            kept_values.append(value)
         writes.keys, writes.values = kept_keys, kept_values
         return not kept_keys
 

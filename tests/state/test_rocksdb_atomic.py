@@ -1,6 +1,6 @@
 """FaustRocksStore under exactly-once (``atomic``): a taken cycle's records
 commit in one transaction or not at all, so a write that a later write of
-the same cycle deletes is left out, and so is the delete when the key was
+the same cycle replaces is left out, and so is the delete when the key was
 absent before the cycle (a reorder-buffer entry put and confirmed in one
 transaction). What the committed changelog holds is the same as with every
 record sent, and RocksDB still holds only what it holds."""
@@ -35,6 +35,15 @@ def test_a_buffer_entry_put_and_deleted_in_one_cycle_sends_nothing() -> None:
         second = store.take_writes()
         assert [r[:2] for r in first[0].records()] == [(b"b\x02", b"m")]
         assert [r[:2] for r in second[0].records()] == [(b"b\x02", None)]
+
+
+def test_a_key_written_twice_in_one_cycle_sends_its_last_value() -> None:
+    with deferred_store() as (store, _):
+        store.atomic = True
+        store.write(0, [(b"s\x01", b"one", ()), (b"b\x01", b"m", ())])
+        store.write(0, [(b"s\x01", b"two", ())])
+        taken = store.take_writes()
+        assert [r[:2] for r in taken[0].records()] == [(b"b\x01", b"m"), (b"s\x01", b"two")]
 
 
 def test_at_least_once_sends_every_record() -> None:
@@ -85,7 +94,8 @@ def test_a_cycle_s_transaction_holds_what_all_its_writes_would_leave(
     ops: list[Any], keep: int, checkpoint: int
 ) -> None:
     """After every committed cycle the changelog compacts to what it would
-    with every write sent; a key the cycle leaves deleted has at most its
+    with every write sent; a cycle sends one record per key at most; a key
+    the cycle leaves deleted has at most its
     delete in it, and nothing when the key was absent before and written
     more than once in the cycle; reads see
     every write; and a ``kill -9`` anywhere leaves RocksDB plus the
@@ -123,6 +133,7 @@ def test_a_cycle_s_transaction_holds_what_all_its_writes_would_leave(
                     kept = [r for r in records if r[0] == key]
                     assert kept == ([] if key not in before else [(key, None)]), (key, kept)
                 assert len(records) <= len(writes[partition])
+                assert len({k for k, _ in records}) == len(records)  # (a record per key)
                 sent[partition] += records
                 full[partition] += writes[partition]
                 assert compacted(sent[partition]) == compacted(full[partition]), partition
