@@ -232,7 +232,7 @@ NAMES = {
 
 def families(args: argparse.Namespace, sizes: dict[str, float] | None = None) -> dict[str, float]:
     """Changelog records per input record, by family and kind (one run,
-    untimed): where point 2 of issue 47 looks for writes to coalesce."""
+    untimed): where to look for changelog writes to coalesce."""
     settings, records, partitions = _setup(args)
     with tempfile.TemporaryDirectory(prefix="seqkeeper-core-") as tmp:
         atomic = getattr(args, "exactly_once", False)

@@ -157,17 +157,17 @@ def workload(
     return records, messages
 
 
-#: The issue's lines that the table judges and the plots draw: seqkeeper's
+#: The targets that the table judges and the plots draw: seqkeeper's
 #: throughput against the limit's, and p99 latency at half of its throughput.
 LIMIT_RATIO = 0.5
 LATENCY_P99_MS = 100
 
-#: Issue 36's line for the restart figures: first output within this many
-#: seconds of a restart, after a clean stop and after ``kill -9`` (the
-#: issue's scale: 1,000,000 keys of state, about 5 M changelog records).
+#: The target for the restart figures: first output within this many
+#: seconds of a restart, after a clean stop and after ``kill -9`` (at the
+#: section's full scale: 1,000,000 keys of state, about 5 M changelog records).
 RESTART_S = 15.0
 
-#: Issue 36's line for a failover to a standby replica: from the survivor's
+#: The target for a failover to a standby replica: from the survivor's
 #: assignment of the dead worker's partitions to their first output.
 FAILOVER_S = 5.0
 
@@ -180,7 +180,7 @@ FAILOVER_S = 5.0
 #: exactly-once against it.
 PINNED = "at_least_once"
 
-#: exactly_once / at_least_once throughput on the same broker and input (issue 35).
+#: The target for exactly_once / at_least_once throughput on the same broker and input.
 GUARANTEE_RATIO = 0.8
 
 #: The commit interval of both modes in the ``guarantee`` section: its clock

@@ -1,5 +1,5 @@
 """What a restarted worker's log and local state say about its restart, for
-the ``restart`` section of ``seqkeeper bench`` (issue 36): the changelog
+the ``restart`` section of ``seqkeeper bench``: the changelog
 records each partition replayed, the offsets its local RocksDB held before
 the restart, and when each phase of the restart ended (join, recovery, the
 start-up scan of the keys, ready), in seconds from the process's start.

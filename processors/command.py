@@ -680,7 +680,7 @@ def decide(
         # receipt commit together (``transactional``): the entity record is
         # written (or deleted) before the receipt, and without the entry a
         # crash between the two would leave no trace of the command but its
-        # effect, so a copy would be applied again (issue 44, point 7). The
+        # effect, so a copy would be applied again. The
         # mark drops the entry after the receipt is written (after a crash,
         # the sweep's: recovered_receipt). A command not applied writes no
         # entity, so a copy after such a crash is decided again alike.
@@ -796,7 +796,7 @@ def recovered_receipt(
     before the receipt, so a crash can keep the first without the second.
     The outbox entry is then the only record that the command was decided,
     and it must not leave the entity before a receipt is written (else a
-    copy, finding neither, is applied again: issue 44). The messages say
+    copy, finding neither, would be applied again). The messages say
     what a copy needs: the status (a dead letter: FAILED; else the reply's
     ``success``, a failure naming no entity version being an expiry; else
     events only: COMPLETED), the reply sent (sent again on request), the

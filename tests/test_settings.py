@@ -84,9 +84,57 @@ def test_every_variable_is_declared_once_with_help() -> None:
     assert len(envs) == len(set(envs))
     for v in VARS.values():
         assert v.help.endswith((".", ")")), v.env
-        assert v.group in GROUPS
-        assert hasattr(getattr(Settings(), v.group), v.name)
     assert set(GROUPS) == {"broker", "security", "runtime", "ordered", "commands", "spark"}
+
+
+def value_of(settings: Settings, name: str) -> object:
+    return getattr(getattr(settings, VARS[name].group), name)
+
+
+def test_each_variable_sets_its_own_setting_and_no_other(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a user sees: a variable set in the environment changes the
+    setting it is declared for, as its flag does, and nothing else; a value
+    it cannot take, or one that needs another variable (SASL and TLS files
+    need a protocol that uses them), is an error naming that variable."""
+    for v in VARS.values():
+        monkeypatch.delenv(v.env, raising=False)
+    before = Settings()
+    changed, refused, needs_another = [], [], []
+    for v in VARS.values():
+        for text in ("7", "false", "commands"):
+            monkeypatch.setenv(v.env, text)
+            try:
+                value = v.parse(text)
+            except ValueError:
+                with pytest.raises(SettingError) as caught:
+                    Settings()
+                assert str(caught.value).startswith(v.shown(text) + ": "), v.env
+                monkeypatch.delenv(v.env)
+                with pytest.raises(SettingError) as caught:
+                    Settings.of(**{v.name: text})
+                assert str(caught.value).startswith(v.shown(text, v.name.replace("_", "-")))
+                refused.append(v.name)
+                continue
+            if value == value_of(before, v.name):
+                monkeypatch.delenv(v.env)
+                continue
+            try:
+                after = Settings()
+            except SettingError as e:
+                assert str(e).startswith(f"{v.env} set, but "), str(e)
+                needs_another.append(v.name)
+                monkeypatch.delenv(v.env)
+                break
+            monkeypatch.delenv(v.env)
+            assert value_of(after, v.name) == value, v.env
+            assert [n for n in VARS if value_of(after, n) != value_of(before, n)] == [v.name]
+            assert Settings.of(**{v.name: text}) == after, v.env
+            changed.append(v.name)
+            break
+    assert set(changed) | set(refused) | set(needs_another) == set(VARS)
+    # most take "7"; every choice refuses it; the SASL and TLS ones need a protocol
+    assert len(changed) > len(VARS) // 2 and refused
+    assert needs_another and {VARS[n].group for n in needs_another} == {"security"}
 
 
 def test_the_readme_table_is_generated_from_the_declarations() -> None:

@@ -12,7 +12,7 @@ answers with the fetch high watermark, which is exact on the embedded broker
 and equal to ``end_offsets()`` on Apache Kafka: correct on both, and no
 change on Kafka.
 
-seqkeeper's exactly-once (the app's ``exactly_once``, issue 35) writes
+seqkeeper's exactly-once (the app's ``exactly_once``) writes
 every changelog record in a transaction, so a changelog partition ends with
 a commit or abort marker, and aborted records may precede it. Neither is
 ever delivered, so recovery, which waits for the last record applied to

@@ -66,11 +66,11 @@ def test_the_timer_sweep_forgets_aged_ids_of_quiet_keys() -> None:
         topology.on_record(0, i, f"k{i}".encode(), value, 100.0, wall=1.0)
     topology.confirm(topology.take())  # produced: the buffer lets the messages go
     topology.on_tick({0: (keys, keys)}, wall=1.5)  # within max age: nothing forgotten
-    assert all(w.size == 1 for _, _, w in topology.stores.key_states(0))
+    assert [w.size for _, _, w in topology.stores.key_states(0)] == [1] * keys
     copy = orjson.dumps({"messageId": "id0", "seq": 1, "type": "t"})
     for wall in (100.0, 100.5, 101.0):  # caught up and quiet: time passes max age
         topology.on_tick({0: (keys, keys)}, wall=wall)
-    assert all(w.size == 0 for _, _, w in topology.stores.key_states(0))
+    assert [w.size for _, _, w in topology.stores.key_states(0)] == [0] * keys
     assert (
         topology.metrics.registry.get_sample_value("seqkeeper_seen_ids_forgotten_by_sweep_total")
         == keys
