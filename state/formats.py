@@ -105,7 +105,11 @@ NEWEST = FORMATS[-1]
 CURRENT = NEWEST
 
 
-class NewerState(Exception):
+class UnreadableState(Exception):
+    """State this release does not read: the message, one line, says why."""
+
+
+class NewerState(UnreadableState):
     """State written in a format this release cannot read."""
 
     def __init__(self, where: str, found: int, oldest_reader: int) -> None:
@@ -137,10 +141,27 @@ def decode_marker(raw: bytes | None) -> tuple[int, int]:
     return found, reader
 
 
+class BadMarker(UnreadableState):
+    """State whose format marker is not one any release writes: damaged, or
+    written by something else into the changelog or the local state. It is
+    not read (guessing its format could misread every record)."""
+
+    def __init__(self, where: str, raw: bytes) -> None:
+        self.where, self.raw = where, raw
+        super().__init__(
+            f"{where} has a state format marker no seqkeeper release writes ({raw[:40]!r}): "
+            f"the state is damaged or not seqkeeper's, and is not read"
+        )
+
+
 def readable(raw: bytes | None, where: str) -> int:
     """The format of state marked ``raw``; :class:`NewerState` if this
-    release cannot read it."""
-    found, reader = decode_marker(raw)
+    release cannot read it, :class:`BadMarker` if ``raw`` is no marker."""
+    try:
+        found, reader = decode_marker(raw)
+    except ValueError:
+        assert raw is not None
+        raise BadMarker(where, raw) from None
     if reader > NEWEST.number:
         raise NewerState(where, found, reader)
     return found

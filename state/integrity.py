@@ -68,12 +68,13 @@ def discard_corrupt(tabledir: Path, unclean: bool = False) -> list[tuple[Path, s
 
 def refused_state(tabledir: Path) -> str | None:
     """The first local database under ``tabledir`` in a state format this
-    release cannot read (:mod:`seqkeeper.state.formats`): the line that
+    release cannot read, or whose marker is none
+    (:mod:`seqkeeper.state.formats`): the line that
     says so; ``None`` if every one is readable (or unreadable as a database:
     the integrity check deals with those)."""
     from rocksdict import AccessType, Options, Rdict
 
-    from seqkeeper.state.formats import MARKER, NewerState, readable
+    from seqkeeper.state.formats import MARKER, UnreadableState, readable
 
     if not tabledir.is_dir():
         return None
@@ -92,8 +93,6 @@ def refused_state(tabledir: Path) -> str | None:
             db.close()
         try:
             readable(raw, f"local state {path}")
-        except NewerState as refused:
+        except UnreadableState as refused:
             return str(refused)
-        except ValueError:
-            continue  # (a marker that does not parse: the changelog rebuilds it)
     return None

@@ -123,7 +123,8 @@ def apply_changelog(
     never adopted), so that a crash keeps either both or neither (Faust's
     own apply path writes the offset in a separate put). The last offset
     applied, per partition. A state format marker this release cannot read
-    raises :class:`~seqkeeper.state.formats.NewerState` before anything
+    (or no marker at all) raises
+    :class:`~seqkeeper.state.formats.UnreadableState` before anything
     of the call is written."""
     from rocksdict import WriteBatch
 

@@ -19,16 +19,16 @@ from typing import Any, NoReturn
 from faust.stores import STORES
 from faust.stores.rocksdb import Store
 
-from seqkeeper.state.formats import NewerState
+from seqkeeper.state.formats import UnreadableState
 from seqkeeper.state.rocksdb import apply_changelog
 
 #: The worker's exit code when its state is in a format it cannot read.
 NEWER_STATE_EXIT = 4
 
 
-def refuse_newer(error: NewerState) -> NoReturn:
-    """A restore or a standby met state newer than this release reads: say
-    so in one line and stop now, writing nothing more (Faust would log the
+def refuse_newer(error: UnreadableState) -> NoReturn:
+    """A restore or a standby met state newer than this release reads (or
+    with a marker that is none): say so in one line and stop now, writing nothing more (Faust would log the
     recovery's crash with a traceback and go on without the partition)."""
     logging.shutdown()
     sys.stdout.flush()
@@ -45,7 +45,7 @@ def apply_or_refuse(
     :func:`refuse_newer` (before the call's records are written)."""
     try:
         return apply_changelog(db_for, records)
-    except NewerState as error:
+    except UnreadableState as error:
         refuse_newer(error)
 
 

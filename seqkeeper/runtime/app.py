@@ -43,7 +43,7 @@ from seqkeeper.runtime.queries import Access, Placement, admit, answer
 from seqkeeper.runtime.task import Task, TaskState
 from seqkeeper.security import ClientSecurity
 from seqkeeper.settings import Settings
-from seqkeeper.state.formats import NewerState, open_partitions
+from seqkeeper.state.formats import UnreadableState, open_partitions
 from seqkeeper.state.rocksdb import FaustRocksStore
 
 #: The worker's exit code when a transaction was fenced or aborted.
@@ -350,7 +350,7 @@ def build_app(
             # in the local state: both checked before, this is the last word)
             try:
                 open_partitions(store, partitions, table.name)
-            except NewerState as error:
+            except UnreadableState as error:
                 refuse_newer(error)
         task.on_restored(partitions)
 

@@ -218,12 +218,18 @@ def refused(worker: WorkerProcess, timeout: float = 90.0) -> tuple[int, str]:
     return worker.proc.returncode, worker.log()
 
 
+#: A marker no release writes (damaged state, or another program's record).
+GARBAGE = b"v2-final"
+
+
+@pytest.mark.parametrize("marker", [NEWER, GARBAGE], ids=["newer", "garbage"])
 @pytest.mark.parametrize("given", ["data_dir", "changelog"])
 def test_a_downgrade_is_refused_in_one_line_and_writes_nothing(
-    broker: Broker, make_settings, names, tmp_path: Path, given: str
+    broker: Broker, make_settings, names, tmp_path: Path, given: str, marker: bytes
 ) -> None:
+    """State of a newer format, or with a marker no release writes."""
     world = World(broker, make_settings, names, tmp_path)
-    newer = [*format_1_table(world.replies, time.time()), (MARKER, NEWER)]
+    newer = [*format_1_table(world.replies, time.time()), (MARKER, marker)]
     if given == "data_dir":  # a newer release's local state (no changelog)
         world.db_path().parent.mkdir(parents=True)
         write_db(world.db_path(), [*newer, (ADOPTED_KEY, b"1")])
@@ -244,7 +250,10 @@ def test_a_downgrade_is_refused_in_one_line_and_writes_nothing(
     where = "commands-0.db" if given == "data_dir" else "changelog partition 0 at offset 4"
     assert len(lines) == 1 and where in lines[0], log[-3000:]
     n = CURRENT.number
-    assert f"state format {n + 1}," in lines[0] and f"formats up to {n}" in lines[0]
+    if marker == NEWER:
+        assert f"state format {n + 1}," in lines[0] and f"formats up to {n}" in lines[0]
+    else:
+        assert "marker no seqkeeper release writes (b'v2-final')" in lines[0], lines[0]
     assert "Traceback" not in log, log[-3000:]
     # nothing written: no reply, no event, the changelog as it was
     assert world.read(world.replies) == []

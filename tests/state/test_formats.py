@@ -86,6 +86,16 @@ def test_a_marker_reads_back(pair: tuple[int, int]) -> None:
 def test_a_value_that_is_no_marker_is_refused(raw: bytes) -> None:
     with pytest.raises(ValueError, match="not a state format marker"):
         formats.decode_marker(raw)
+    # where state is read: one line naming the place, as for a newer format
+    for refuse in (
+        lambda: formats.readable(raw, "partition 3"),
+        lambda: formats.check_record(MARKER, raw, "partition 3"),
+    ):
+        with pytest.raises(formats.UnreadableState) as refused:
+            refuse()
+        line = str(refused.value)
+        assert isinstance(refused.value, formats.BadMarker)
+        assert "\n" not in line and line.startswith("partition 3 has a state format marker")
 
 
 def test_state_without_a_marker_is_format_1() -> None:
