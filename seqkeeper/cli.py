@@ -989,8 +989,9 @@ def bench(
     only: Annotated[
         Optional[list[str]],
         typer.Option(
-            help="Only these (repeatable): throughput, latency, quix, depth, restart, failover, "
-            "spark, guarantee, soak."
+            help="Only these (repeatable): throughput, latency (with the throughput rounds: "
+            "it is measured at half their rate), quix, guarantee, depth, restart, failover, "
+            "spark, soak."
         ),
     ] = None,
     out: Annotated[Path, typer.Option(help="Where JSON and PNG results go.")] = Path(
@@ -1015,9 +1016,14 @@ def bench(
     from rich.console import Console
     from rich.table import Table
 
-    from seqkeeper.bench.harness import FULL, SMOKE, Bench, run, write
+    from seqkeeper.bench.harness import FULL, SMOKE, Bench, run, sections, write
     from seqkeeper.worker import broker_for
 
+    try:  # (before a broker starts)
+        sections(set(only) if only else None)
+    except ValueError as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(2) from None
     console = Console()
     sizes = SMOKE if smoke else FULL
     if messages:

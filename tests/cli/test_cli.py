@@ -22,6 +22,25 @@ def test_a_failed_bench_section_fails_the_command(tmp_path: Path) -> None:
     assert (tmp_path / "latest.json").exists()
 
 
+def test_an_unknown_bench_section_is_one_line_before_any_broker(tmp_path: Path) -> None:
+    nobody = f"127.0.0.1:{free_port()}"  # (refused before it is asked)
+    result = CliRunner().invoke(
+        app, ["bench", "--broker", nobody, "--only", "latency", "--only", "latncy"]
+    )
+    assert result.exit_code == 2, result.output
+    assert result.output.strip().splitlines() == [
+        "error: no bench section latncy: the sections are throughput, latency, quix, "
+        "guarantee, depth, restart, failover, spark, soak"
+    ]
+
+
+def test_the_latency_section_runs_with_the_throughput_rounds() -> None:
+    from seqkeeper.bench.harness import sections
+
+    assert sections({"latency"}) == {"latency", "throughput"}
+    assert sections({"quix"}) == {"quix"} and sections(None) is None
+
+
 def test_help_names_each_option_s_variable() -> None:
     # rich markup would swallow "[env ...]" as a tag: the variable must show
     result = CliRunner().invoke(app, ["worker", "--help"], env={"COLUMNS": "400"})
