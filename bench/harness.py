@@ -663,10 +663,15 @@ class Bench:
             orjson.dumps({"messageId": warm, "seq": 1, "type": "w"}),
             key=warm.encode(),
         )
+        deadline = time.monotonic() + WARM_UP_S
         while True:
             got = await consumer.getmany(timeout_ms=1000)
             if any(r.key == warm.encode() for rs in got.values() for r in rs):
                 break
+            if time.monotonic() > deadline:  # (a section's failure, not a hung run)
+                await producer.stop()
+                await consumer.stop()
+                raise RuntimeError(f"no output on {sink} within {WARM_UP_S:g} s of the warm-up")
 
         async def reader() -> None:
             while len(lat) < n:
@@ -1448,6 +1453,9 @@ def machine() -> dict[str, Any]:
         "python": platform.python_version(),
     }
 
+
+#: How long a latency measurement waits for its first output at most.
+WARM_UP_S = 180.0
 
 #: The sections ``run`` knows, in the order it runs them (``--only``).
 SECTIONS = (
