@@ -24,18 +24,9 @@ TINY = Sizes(
     soak_rounds=3,
     soak_keys=50,
 )
-#: The bench workers' session timeout in the smoke run, per broker kind:
-#: the embedded broker joins a group in half of it, and the failover waits
-#: it out. On Apache Kafka a join does not wait for it, and under CI's load
-#: (three test runs, two brokers and Spark on 2 cores) 6 s of missed
-#: heartbeats cost a worker its partitions again and again.
-SESSION_TIMEOUT = {"embedded": 6.0}
-SESSION_TIMEOUT_ELSEWHERE = 20.0
-
-
-def session_timeout(broker: Any) -> float:
-    return SESSION_TIMEOUT.get(broker.kind, SESSION_TIMEOUT_ELSEWHERE)
-
+#: The bench workers' session timeout in the smoke run: the embedded broker
+#: joins a group in half of it, and the failover waits it out.
+SESSION_TIMEOUT = 6.0
 
 #: The smoke run's bench and its result (``run``'s).
 Smoke = tuple[Bench, dict[str, Any]]
@@ -44,7 +35,7 @@ Smoke = tuple[Bench, dict[str, Any]]
 @pytest.fixture(scope="session")
 def smoke(broker: Any, spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Smoke:
     with pytest.MonkeyPatch.context() as env:
-        env.setenv("SEQKEEPER_SESSION_TIMEOUT", f"{session_timeout(broker):g}")
+        env.setenv("SEQKEEPER_SESSION_TIMEOUT", f"{SESSION_TIMEOUT:g}")
         bench = Bench(broker.bootstrap, TINY, Path(tmp_path_factory.mktemp("smoke")), print)
         return bench, run(bench)
 

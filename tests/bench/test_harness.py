@@ -23,7 +23,7 @@ from seqkeeper.bench.harness import (
 from seqkeeper.bench.soak import SOAK_SEQS
 from seqkeeper.settings import Settings
 from seqkeeper.topics import create_topics, read_topic
-from tests.bench.conftest import TINY, Smoke, session_timeout
+from tests.bench.conftest import SESSION_TIMEOUT, TINY, Smoke
 from tests.bench.conftest import figure as named
 
 pytestmark = pytest.mark.integration
@@ -260,7 +260,7 @@ def test_failover_to_a_standby_replays_only_what_its_copy_lacked(broker, smoke: 
         steps = d["phases s"]
         assert 0 < steps["assigned"] <= steps["first new output, every partition"], steps
         assert session["value"] == steps["assigned"]
-        assert session["detail"]["session timeout s"] == session_timeout(broker)
+        assert session["detail"]["session timeout s"] == SESSION_TIMEOUT
         assert took["value"] == max(
             v["first new output s after assignment"] for v in d["partitions"].values()
         )
