@@ -250,9 +250,13 @@ def test_failover_to_a_standby_replays_only_what_its_copy_lacked(broker, smoke: 
                     assert (part["first"], part["last"]) == (after[0], after[-1]), (p, part)
                 else:
                     assert part["local"] == records[-1], (p, part)
-            else:
-                assert part["replayed"] == len(records), (p, part)  # the whole partition
-                assert (part["first"], part["last"]) == (records[0], records[-1]), (p, part)
+            else:  # the whole partition; its first record (the state format
+                # marker) can be local already: under load B may hold the
+                # partition for a moment before the two settle, and mark it
+                assert part["first"] in records[:2], (p, part)
+                after = [o for o in records if o >= part["first"]]
+                assert part["replayed"] == len(after), (p, part)
+                assert part["last"] == records[-1], (p, part)
             assert part["re-emitted outputs before it"] >= 0
         assert d["replayed"] == sum(v["replayed"] for v in d["partitions"].values())
         if replicas:
