@@ -252,6 +252,27 @@ async def _committed_input(bootstrap: str, group: str, source: str) -> int:
         await count.close()
 
 
+#: How long a latency measurement waits for its first output at most.
+WARM_UP_S = 180.0
+
+
+async def _warm_up(producer: Any, consumer: Any, source: str, sink: str) -> None:
+    """Send one message to ``source`` and wait until the worker puts it on
+    ``sink`` (read by ``consumer``): a worker that never answers fails the
+    section in one line instead of hanging the run."""
+    warm = f"warm:{uuid.uuid4().hex[:4]}".encode()
+    await producer.send_and_wait(
+        source, orjson.dumps({"messageId": warm.decode(), "seq": 1, "type": "w"}), key=warm
+    )
+    deadline = time.monotonic() + WARM_UP_S
+    while True:
+        got = await consumer.getmany(timeout_ms=1000)
+        if any(r.key == warm for rs in got.values() for r in rs):
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"no output on {sink} within {WARM_UP_S:g} s of the warm-up")
+
+
 async def _flowing(
     bootstrap: str,
     topic: str,
@@ -652,44 +673,31 @@ class Bench:
         )  # _paced lingers
         await consumer.start()
         await producer.start()
-        # warm-up: wait until the worker answers
-        sent: dict[bytes, float] = {}
-        lat: list[tuple[float, float]] = []
-        keys = self.sizes.keys
-        n = int(rate * seconds)
-        warm = f"warm:{uuid.uuid4().hex[:4]}"
-        await producer.send_and_wait(
-            source,
-            orjson.dumps({"messageId": warm, "seq": 1, "type": "w"}),
-            key=warm.encode(),
-        )
-        deadline = time.monotonic() + WARM_UP_S
-        while True:
-            got = await consumer.getmany(timeout_ms=1000)
-            if any(r.key == warm.encode() for rs in got.values() for r in rs):
-                break
-            if time.monotonic() > deadline:  # (a section's failure, not a hung run)
-                await producer.stop()
-                await consumer.stop()
-                raise RuntimeError(f"no output on {sink} within {WARM_UP_S:g} s of the warm-up")
-
-        async def reader() -> None:
-            while len(lat) < n:
-                got = await consumer.getmany(timeout_ms=500)
-                now = time.time()
-                for rs in got.values():
-                    for r in rs:
-                        t = sent.get(r.value)
-                        if t is not None:
-                            lat.append((now - t, t - first))
-
-        task = asyncio.create_task(reader())
-        t0, first = time.monotonic(), time.time()
         try:
-            await _paced(BatchProducer(lambda: producer), source, rate, n, keys, sent, t0, first)
-            await asyncio.wait_for(task, timeout=60)
+            await _warm_up(producer, consumer, source, sink)
+            sent: dict[bytes, float] = {}
+            lat: list[tuple[float, float]] = []
+            n = int(rate * seconds)
+
+            async def reader() -> None:
+                while len(lat) < n:
+                    got = await consumer.getmany(timeout_ms=500)
+                    now = time.time()
+                    for rs in got.values():
+                        for r in rs:
+                            t = sent.get(r.value)
+                            if t is not None:
+                                lat.append((now - t, t - first))
+
+            task = asyncio.create_task(reader())
+            t0, first = time.monotonic(), time.time()
+            try:
+                paced = BatchProducer(lambda: producer)
+                await _paced(paced, source, rate, n, self.sizes.keys, sent, t0, first)
+                await asyncio.wait_for(task, timeout=60)
+            finally:
+                task.cancel()
         finally:
-            task.cancel()
             await producer.stop()
             await consumer.stop()
         return lat
@@ -1453,9 +1461,6 @@ def machine() -> dict[str, Any]:
         "python": platform.python_version(),
     }
 
-
-#: How long a latency measurement waits for its first output at most.
-WARM_UP_S = 180.0
 
 #: The sections ``run`` knows, in the order it runs them (``--only``).
 SECTIONS = (

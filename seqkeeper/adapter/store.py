@@ -28,8 +28,9 @@ NEWER_STATE_EXIT = 4
 
 def refuse_newer(error: UnreadableState) -> NoReturn:
     """A restore or a standby met state newer than this release reads (or
-    with a marker that is none): say so in one line and stop now, writing nothing more (Faust would log the
-    recovery's crash with a traceback and go on without the partition)."""
+    with a marker that is none): say so in one line and stop now, writing
+    nothing more (Faust would log the recovery's crash with a traceback and
+    go on without the partition)."""
     logging.shutdown()
     sys.stdout.flush()
     # to file descriptor 2 itself: a running Faust worker has replaced
