@@ -28,6 +28,13 @@ TINY = Sizes(
 #: joins a group in half of it, and the failover waits it out.
 SESSION_TIMEOUT = 6.0
 
+#: pytest's bound on the test that sets the smoke run up: every section runs
+#: inside that one fixture, and under CI's three concurrent passes the whole
+#: run outlasted the default 600 s on Apache Kafka while each section was
+#: still within its own bounds (a warm-up waits 180 s at most, a soak round
+#: 120 s), so this only stops a run that hangs.
+SMOKE_TIMEOUT = 1800
+
 #: The smoke run's bench and its result (``run``'s).
 Smoke = tuple[Bench, dict[str, Any]]
 
@@ -38,6 +45,12 @@ def smoke(broker: Any, spark: Any, tmp_path_factory: pytest.TempPathFactory) -> 
         env.setenv("SEQKEEPER_SESSION_TIMEOUT", f"{SESSION_TIMEOUT:g}")
         bench = Bench(broker.bootstrap, TINY, Path(tmp_path_factory.mktemp("smoke")), print)
         return bench, run(bench)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if "smoke" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.timeout(SMOKE_TIMEOUT))
 
 
 def figure(result: dict[str, Any], prefix: str) -> dict[str, Any]:
