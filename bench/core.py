@@ -224,6 +224,7 @@ NAMES = {
     codecs.BUFFER: "buffer",
     codecs.SEEN_ID: "seen_id",
     codecs.SEEN_POSITION: "seen_fifo",
+    codecs.SEEN_PAGE: "seen_page",
     codecs.PROCESSED: "processed",
     codecs.QUEUED: "queued",
     codecs.OUTPUTS: "outputs",

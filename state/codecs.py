@@ -16,7 +16,15 @@ Families:
   message with headers, or read with a configured shape, is packed with
   its fields (:func:`encode_message`)
 * ``i`` + key + messageId -> FIFO position, time, input offset (seen ids)
-* ``p`` + key + position -> time and messageId (the seen ids' FIFO)
+* ``g`` + key + page -> the messageIds at FIFO positions ``page * PAGE_IDS``
+  to ``page * PAGE_IDS + PAGE_IDS - 1`` (:func:`encode_seen_page`: the first
+  position it holds, then the ids; those before it are ``p`` records, or
+  were forgotten). The ids of the page not yet full ride in the key state
+  (:class:`SeenPage`), which each step writes anyway: a page is one
+  changelog record per ``PAGE_IDS`` accepted ids, written when it fills.
+* ``p`` + key + position -> time and messageId (the seen ids' FIFO before
+  state format 4: one record per id; still read below a key's
+  :attr:`SeenPage.legacy_below`, never written)
 
 With an ordered processor (:mod:`processors.processor`), three more:
 
@@ -41,7 +49,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
@@ -55,6 +63,7 @@ KEY_STATE = b"s"
 BUFFER = b"b"
 SEEN_ID = b"i"
 SEEN_POSITION = b"p"
+SEEN_PAGE = b"g"
 PROCESSED = b"P"
 QUEUED = b"Q"
 OUTPUTS = b"O"
@@ -119,6 +128,82 @@ def encode_seen_id(seen: Seen) -> bytes:
 def decode_seen_id(raw: bytes) -> Seen:
     position, at, source = _SEEN.unpack(raw)
     return Seen(int(position), float(at), int(source))
+
+
+#: Seen ids per page record (family ``g``). Larger pages mean fewer
+#: records and a longer key state: the open page's ids, half a page on
+#: average, ride in every key-state write.
+PAGE_IDS = 8  # (at most 127: the key state counts the open page's ids in 7 bits)
+
+
+class SeenPage(NamedTuple):
+    """Where a key's seen ids' FIFO entries are, beside its window: positions
+    below ``legacy_below`` in ``p`` records (state written before format 4:
+    a key state of an older layout reads as all of its positions there);
+    from ``first`` to the window's tail, ``size`` ids, kept in the key
+    state (the open page, ``raw``: as the key state keeps them, so a step
+    appends one id's bytes and nothing is decoded but to look one up);
+    those between in ``g`` page records."""
+
+    legacy_below: int = 0
+    first: int = 0
+    size: int = 0
+    raw: bytes = b""
+
+    @property
+    def ids(self) -> tuple[str, ...]:
+        return _read_ids(self.raw, 0, self.size)
+
+
+def seen_page(legacy_below: int, first: int, ids: Sequence[str]) -> SeenPage:
+    return SeenPage(legacy_below, first, len(ids), _ids(ids))
+
+
+def seen_page_key(key: str, page: int) -> bytes:
+    return SEEN_PAGE + (_prefixes.get(key) or key_prefix(key)) + _SEQ.pack(page)
+
+
+def id_bytes(message_id: str) -> bytes:
+    """A messageId after its length (one byte, or 255 and four)."""
+    raw = message_id.encode("utf-8")
+    n = len(raw)
+    return (bytes((n,)) if n < 255 else b"\xff" + _LEN.pack(n)) + raw
+
+
+def _ids(ids: Iterable[str]) -> bytes:
+    return b"".join([id_bytes(mid) for mid in ids])
+
+
+def _read_ids(raw: bytes, at: int, count: int) -> tuple[str, ...]:
+    """``count`` ids from ``raw[at:]`` (:func:`_ids`)."""
+    ids = []
+    for _ in range(count):
+        n = raw[at]
+        at += 1
+        if n == 255:
+            (n,) = _LEN.unpack_from(raw, at)
+            at += 4
+        ids.append(raw[at : at + n].decode("utf-8"))
+        at += n
+    return tuple(ids)
+
+
+_PAGE = struct.Struct(">QH")
+
+
+def encode_seen_page(first: int, ids: Sequence[str]) -> bytes:
+    """A full page's record: the first position it holds and its ids."""
+    return _PAGE.pack(first, len(ids)) + _ids(ids)
+
+
+def encode_open_page(page: SeenPage) -> bytes:
+    """The record of an open page that filled (:func:`encode_seen_page`)."""
+    return _PAGE.pack(page.first, page.size) + page.raw
+
+
+def decode_seen_page(raw: bytes) -> tuple[int, tuple[str, ...]]:
+    first, count = _PAGE.unpack_from(raw)
+    return int(first), _read_ids(raw, _PAGE.size, count)
 
 
 def encode_seen_position(message_id: str, seen_at: float) -> bytes:
@@ -322,9 +407,15 @@ def compact_json(doc: Any) -> bytes:
 #: ``[``), which of the optional fields are absent, the fields, then the
 #: skipped ranges. Written for every step, so it is packed, not JSON.
 #: Version 3 added the seen window's ``oldest``, version 4 its ``ids``
-#: filter (two 64-bit halves); states written before read with them unknown.
+#: filter (two 64-bit halves), version 5 (state format 4) the open page
+#: after the skipped ranges (:class:`SeenPage`): the number of its ids (it
+#: ends at the window's tail), with :data:`_LEGACY` set when
+#: ``legacy_below`` (8 bytes) follows, then the ids. States written before
+#: read with them unknown, and with every seen id in ``p`` records.
 _STATE = struct.Struct(">BBQQdQQdQQQH")
-_STATE_VERSION = 4
+_STATE_VERSION = 5
+_STATE_LAYOUT_4 = 4
+_LEGACY = 0x80
 _STATE_LAYOUT_3 = struct.Struct(">BBQQdQQdQH")
 _STATE_LAYOUT_2 = struct.Struct(">BBQQdQQQH")
 _LOW = (1 << 64) - 1
@@ -332,7 +423,9 @@ _RANGE = struct.Struct(">QQ")
 _NO_NEXT, _NO_GAP, _NO_CONFIRMED = 1, 2, 4
 
 
-def encode_key_state(state: KeyState, window: SeenWindow) -> bytes:
+def encode_key_state(state: KeyState, window: SeenWindow, page: SeenPage | None = None) -> bytes:
+    """A key's state and seen window, with its open page (``None``: every
+    position of the window in ``p`` records, as an older layout reads)."""
     nxt, gap_since, confirmed = state.next_expected, state.gap_since, state.confirmed
     flags = (
         (_NO_NEXT if nxt is None else 0)
@@ -356,14 +449,32 @@ def encode_key_state(state: KeyState, window: SeenWindow) -> bytes:
     )
     if skipped:
         raw += b"".join([_RANGE.pack(a, b) for a, b in skipped])
+    if page is None:
+        page = SeenPage(window.tail, window.tail)
+    count = page.size
+    if page.first + count != window.tail:  # (not this window's: its ids are not believed)
+        page, count = SeenPage(page.legacy_below, window.tail), 0
+    if page.legacy_below:
+        raw += bytes((count | _LEGACY,)) + _SEQ.pack(page.legacy_below)
+    else:
+        raw += bytes((count,))
+    if count:
+        raw += page.raw
     return raw
 
 
 def decode_key_state(raw: bytes | None) -> tuple[KeyState, SeenWindow]:
+    state, window, _ = decode_key_record(raw)
+    return state, window
+
+
+def decode_key_record(raw: bytes | None) -> tuple[KeyState, SeenWindow, SeenPage]:
+    """A key state, its seen window and its open page (:class:`SeenPage`)."""
     if raw is None:
-        return KeyState(), SeenWindow()
+        return KeyState(), SeenWindow(), SeenPage()
     oldest, ids = UNKNOWN, ALL_IDS
-    if raw[0] == _STATE_VERSION:
+    page: SeenPage | None = None
+    if raw[0] == _STATE_VERSION or raw[0] == _STATE_LAYOUT_4:
         fields = _STATE.unpack_from(raw)
         _, flags, nxt, buffered, gap_since, head, tail, oldest, high, low, confirmed, n = fields
         ids = high << 64 | low
@@ -375,18 +486,31 @@ def decode_key_state(raw: bytes | None) -> tuple[KeyState, SeenWindow]:
     elif raw[:1] == b"[":  # the first layout
         nxt, buffered, gap_since, skipped, head, tail, confirmed = orjson.loads(raw)
         ranges = tuple((a, b) for a, b in skipped)
-        return KeyState(nxt, buffered, gap_since, ranges, confirmed), SeenWindow(head, tail)
+        return (
+            KeyState(nxt, buffered, gap_since, ranges, confirmed),
+            SeenWindow(head, tail),
+            SeenPage(tail, tail),
+        )
     else:  # version 2
         fields = _STATE_LAYOUT_2.unpack_from(raw)
         _, flags, nxt, buffered, gap_since, head, tail, confirmed, n = fields
         start = _STATE_LAYOUT_2.size
-    ranges = tuple(_RANGE.iter_unpack(raw[start : start + n * _RANGE.size]))
+    end = start + n * _RANGE.size
+    ranges = tuple(_RANGE.iter_unpack(raw[start:end]))
+    if raw[0] == _STATE_VERSION:
+        count, legacy, at = raw[end], 0, end + 1
+        if count & _LEGACY:
+            count &= ~_LEGACY
+            legacy = int(_SEQ.unpack_from(raw, at)[0])
+            at += 8
+        page = SeenPage(legacy, tail - count, count, raw[at:])  # (the page ends the state)
     nxt = None if flags & _NO_NEXT else nxt
     gap_since = None if flags & _NO_GAP else gap_since
     confirmed = None if flags & _NO_CONFIRMED else confirmed
     return (
         KeyState(nxt, buffered, gap_since, ranges, confirmed),
         SeenWindow(head, tail, oldest, ids),
+        SeenPage(tail, tail) if page is None else page,
     )
 
 
@@ -399,7 +523,7 @@ def describe(store_key: bytes, value: bytes) -> tuple[str, str, str | None, str]
         return "state_format", "", None, orjson.dumps(value.decode("ascii", "replace")).decode()
     family, key = store_key[:1], key_of(store_key)
     if family == KEY_STATE:
-        state, window = decode_key_state(value)
+        state, window, page = decode_key_record(value)
         doc = {
             "next_expected": state.next_expected,
             "buffered": state.buffered,
@@ -409,6 +533,9 @@ def describe(store_key: bytes, value: bytes) -> tuple[str, str, str | None, str]
             "seen_head": window.head,
             "seen_tail": window.tail,
             "seen_oldest": window.oldest if window.oldest != UNKNOWN else None,
+            "seen_legacy_below": page.legacy_below,
+            "seen_page_first": page.first,
+            "seen_page": list(page.ids),
         }
         return "key_state", key, None, orjson.dumps(doc).decode()
     if family == BUFFER:
@@ -423,6 +550,10 @@ def describe(store_key: bytes, value: bytes) -> tuple[str, str, str | None, str]
         mid, at = decode_seen_position(value)
         item = str(int(_SEQ.unpack(store_key[n:])[0]))
         return "seen_fifo", key, item, orjson.dumps({"message_id": mid, "seen_at": at}).decode()
+    if family == SEEN_PAGE:
+        first, ids = decode_seen_page(value)
+        item = str(int(_SEQ.unpack(store_key[n:])[0]))
+        return "seen_page", key, item, orjson.dumps({"first": first, "message_ids": ids}).decode()
     if family == PROCESSED:
         cursor, user_state = decode_processed(value)
         text = (user_state or b"null").decode("utf-8", "replace")

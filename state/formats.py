@@ -3,7 +3,7 @@ moves it to the layout it writes.
 
 Every partition of a seqkeeper table (the ordered worker's and the command
 worker's) carries one marker record, :data:`MARKER` ->
-``b"<format>/<oldest reader>"`` (e.g. ``b"3/3"``): the format its state
+``b"<format>/<oldest reader>"`` (e.g. ``b"4/4"``): the format its state
 was last written in, and the oldest format whose workers can still read
 it. The marker is an ordinary write of the table, so it is in the changelog
 too: a restore or a standby gets it with the state it describes. Its key
@@ -93,6 +93,17 @@ FORMATS: tuple[Format, ...] = (
         # a forgotten key's message would start the key again and be emitted
         3,
         # (format 2 state is format 3 state without markers: read as it is)
+    ),
+    Format(
+        4,
+        "seen ids' FIFO in pages (family g; the open page in the key state) instead of "
+        "one p record per id",
+        # a release writing format 3 looks for each seen id's FIFO entry in a
+        # p record: it would believe no id remembered since, and pass copies on
+        4,
+        # (format 3 state is read as it is: a key state of the older layout
+        # says its ids are in p records, which are read and deleted, never
+        # written, as its ids are forgotten)
     ),
 )
 #: The newest format this release reads (refused: state whose oldest reader

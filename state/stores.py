@@ -16,7 +16,9 @@ range (byte-identical), and the busy path saves a state write per message.
 Write order makes a crash harmless wherever it cuts a step: the key state is
 the commit record of a step. Seen ids written before it are only believed
 when their FIFO position lies inside the key state's window and the FIFO
-entry names the same id; a buffer entry written before it is taken again by
+entry names the same id (the FIFO's newest entries are in the key state
+itself, the open page; a page record written before it, when the page
+filled, is written again by the step that fills it next); a buffer entry written before it is taken again by
 the Resequencer when its message is replayed (only the last step of a key
 can be cut: every step before it is complete, so its replayed input is a
 redelivery); deletions of forgotten ids come first (forgetting early is
@@ -32,12 +34,13 @@ from dataclasses import dataclass, field
 
 import orjson
 
-from seqkeeper.processors.deduplicator import DedupDecision, Seen, SeenWindow
+from seqkeeper.processors.deduplicator import UNKNOWN, DedupDecision, Seen, SeenWindow
 from seqkeeper.processors.envelope import Message
 from seqkeeper.processors.key_retention import Forgotten, Plan
 from seqkeeper.processors.resequencer import KeyState, Step
 from seqkeeper.state import codecs
 from seqkeeper.state.base import Change, PartitionStore
+from seqkeeper.state.codecs import PAGE_IDS, SeenPage
 
 
 class ReorderBuffer:
@@ -85,13 +88,23 @@ class SeenIds:
     the last :meth:`get` (the step that remembers that id needs the same
     key)."""
 
-    __slots__ = ("_store", "_partition", "_key", "_window", "looked_up")
+    __slots__ = ("_store", "_stores", "_partition", "_key", "_window", "_page", "looked_up")
 
-    def __init__(self, store: PartitionStore, partition: int, key: str, window: SeenWindow) -> None:
+    def __init__(
+        self,
+        store: PartitionStore,
+        partition: int,
+        key: str,
+        window: SeenWindow,
+        stores: Stores | None = None,
+    ) -> None:
         self._store = store
+        self._stores = stores
         self._partition = partition
         self._key = key
         self._window = window
+        #: the key's open page, read when first needed
+        self._page: SeenPage | None = None
         self.looked_up: tuple[str, str, bytes] | None = None
 
     def get(self, message_id: str) -> Seen | None:
@@ -103,12 +116,49 @@ class SeenIds:
         seen = codecs.decode_seen_id(raw)
         if not self._window.head <= seen.position < self._window.tail:
             return None  # written by a step a crash cut short, or forgotten
-        entry = self.at(seen.position)
-        return seen if entry is not None and entry[0] == message_id else None
+        return seen if self._id_at(seen.position) == message_id else None
 
     def at(self, position: int) -> tuple[str, float] | None:
-        raw = self._store.get(self._partition, codecs.seen_position_key(self._key, position))
-        return None if raw is None else codecs.decode_seen_position(raw)
+        page = self._open_page()
+        if position < page.legacy_below:
+            raw = self._store.get(self._partition, codecs.seen_position_key(self._key, position))
+            return None if raw is None else codecs.decode_seen_position(raw)
+        mid = self._id_at(position)
+        if mid is None:
+            return None
+        # (a page keeps no times: the id's own record does)
+        raw = self._store.get(self._partition, codecs.seen_id_key(self._key, mid))
+        seen = None if raw is None else codecs.decode_seen_id(raw)
+        return mid, seen.accepted_at if seen is not None and seen.position == position else UNKNOWN
+
+    def _id_at(self, position: int) -> str | None:
+        """The id the FIFO holds at ``position`` (``None``: none)."""
+        page = self._open_page()
+        if position < page.legacy_below:
+            raw = self._store.get(self._partition, codecs.seen_position_key(self._key, position))
+            return None if raw is None else codecs.decode_seen_position(raw)[0]
+        if position >= page.first:
+            at = position - page.first
+            return page.ids[at] if at < page.size else None
+        raw = self._store.get(
+            self._partition, codecs.seen_page_key(self._key, position // PAGE_IDS)
+        )
+        if raw is None:
+            return None
+        first, ids = codecs.decode_seen_page(raw)
+        at = position - first
+        return ids[at] if 0 <= at < len(ids) else None
+
+    def _open_page(self) -> SeenPage:
+        page = self._page
+        if page is None:
+            if self._stores is not None:
+                page = self._stores.page(self._partition, self._key)
+            else:
+                raw = self._store.get(self._partition, codecs.key_state_key(self._key))
+                page = codecs.decode_key_record(raw)[2]
+            self._page = page
+        return page
 
 
 #: Decoded key states :class:`Stores` keeps (when there are more, the
@@ -143,6 +193,8 @@ class Stores:
     _states: dict[Slot, tuple[KeyState, SeenWindow]] = field(
         default_factory=dict, init=False, repr=False
     )
+    #: the open pages of the keys in ``_states`` (the same keys)
+    _pages: dict[Slot, SeenPage] = field(default_factory=dict, init=False, repr=False)
     #: keys whose confirmation is only in memory so far (:meth:`confirm`)
     _unwritten: set[Slot] = field(default_factory=set, init=False, repr=False)
     #: the messages put in the reorder buffer by :meth:`save` and not deleted
@@ -154,15 +206,34 @@ class Stores:
 
     def __post_init__(self) -> None:
         self._buffer_view = ReorderBuffer(self.state, 0, "", self._held)
-        self._seen_view = SeenIds(self.state, 0, "", SeenWindow())
+        self._seen_view = SeenIds(self.state, 0, "", SeenWindow(), self)
 
     def load(self, partition: int, key: str) -> tuple[KeyState, SeenWindow]:
         slot = (partition, key)
         found = self._states.get(slot)
         if found is None:
-            found = codecs.decode_key_state(self.state.get(partition, codecs.key_state_key(key)))
-            self._keep(slot, found)
+            state, window, page = codecs.decode_key_record(
+                self.state.get(partition, codecs.key_state_key(key))
+            )
+            found = state, window
+            self._keep(slot, found, page)
         return found
+
+    def page(self, partition: int, key: str) -> SeenPage:
+        """A key's open page (:class:`codecs.SeenPage`), as last written."""
+        found = self._pages.get((partition, key))
+        if found is None:
+            found = codecs.decode_key_record(self.state.get(partition, codecs.key_state_key(key)))[
+                2
+            ]
+        return found
+
+    def _window(self, partition: int, key: str) -> SeenWindow:
+        """A key's seen window, as last kept or written."""
+        found = self._states.get((partition, key))
+        if found is None:
+            return codecs.decode_key_state(self.state.get(partition, codecs.key_state_key(key)))[1]
+        return found[1]
 
     def peek(self, partition: int, key: str) -> tuple[KeyState, SeenWindow] | None:
         """A key's state as :meth:`load` gives it (``None``: never stored),
@@ -175,12 +246,21 @@ class Stores:
         raw = self.state.get(partition, codecs.key_state_key(key))
         return None if raw is None else codecs.decode_key_state(raw)
 
-    def _keep(self, slot: Slot, state: tuple[KeyState, SeenWindow]) -> None:
+    def _keep(
+        self, slot: Slot, state: tuple[KeyState, SeenWindow], page: SeenPage | None = None
+    ) -> None:
+        """Keep a key's state (and its open page: ``None``, the one kept)."""
         states = self._states
         if len(states) >= self.keep and slot not in states:
             self.settle()
             states.clear()
+            self._pages.clear()
+        if page is None:
+            page = self._pages.get(slot)
+            if page is None:  # (dropped with the others since it was read)
+                page = self.page(*slot)
         states[slot] = state
+        self._pages[slot] = page
 
     def settle(self, partitions: Container[int] | None = None) -> int:
         """Write the states whose confirmation is only in memory (those of
@@ -190,7 +270,10 @@ class Stores:
             partition, key = slot
             if partitions is None or partition in partitions:
                 state, window = self._states[slot]
-                self.state.write(partition, [self._state_change(partition, key, state, window)])
+                page = self.page(partition, key)
+                self.state.write(
+                    partition, [self._state_change(partition, key, state, window, page)]
+                )
                 written += 1
         self._unwritten.clear()  # the others: another worker's partitions now
         return written
@@ -200,18 +283,19 @@ class Stores:
         change under it (a partition recovered from its changelog)."""
         self.state.sync()
         self._states.clear()
+        self._pages.clear()
         self._unwritten.clear()
         self._held.clear()
 
     def _state_change(
-        self, partition: int, key: str, state: KeyState, window: SeenWindow
+        self, partition: int, key: str, state: KeyState, window: SeenWindow, page: SeenPage
     ) -> Change:
         """The write of a key's new state (kept in memory from now on)."""
         slot = (partition, key)
-        self._keep(slot, (state, window))
+        self._keep(slot, (state, window), page)
         if self._unwritten:
             self._unwritten.discard(slot)
-        return codecs.key_state_key(key), codecs.encode_key_state(state, window), ()
+        return codecs.key_state_key(key), codecs.encode_key_state(state, window, page), ()
 
     def buffer(self, partition: int, key: str) -> ReorderBuffer:
         """One key's reorder buffer: a view valid until the next call (one
@@ -224,6 +308,7 @@ class Stores:
         """One key's seen ids: a view valid until the next call (as :meth:`buffer`)."""
         view = self._seen_view
         view._partition, view._key, view._window = partition, key, window
+        view._page = None  # (read when needed: from the kept ones, else the store)
         return view
 
     def save(
@@ -241,18 +326,18 @@ class Stores:
         marker, the marker's deletion after it (a crash between them leaves
         both: the state is read first)."""
         changes: list[Change] = []
+        slot = (partition, key)
+        page = self._pages.get(slot) or self.page(partition, key)
         if decision is not None:
             if decision.forget:
-                _forget_ids(changes, key, decision.forget)
+                _forget_ids(changes, key, decision.forget, page)
+            kept = self._states.get(slot)
+            before = (self._window(partition, key) if kept is None else kept[1]).head
+            if window.head != before:
+                _drop_pages(changes, key, page, before, window.head)
             if decision.remember is not None:
                 mid, seen = decision.remember
-                changes.append(
-                    (
-                        codecs.seen_position_key(key, seen.position),
-                        codecs.encode_seen_position(mid, seen.accepted_at),
-                        (),
-                    )
-                )
+                page = _remember(changes, key, page, mid, seen.position, window)
                 last = self._seen_view.looked_up  # (the offer looked it up)
                 if last is not None and last[0] == key and last[1] == mid:
                     seen_key = last[2]
@@ -281,7 +366,7 @@ class Stores:
             )
         if step.buffer_deletes:  # before the state
             self._delete_buffered(changes, partition, key, step.buffer_deletes)
-        changes.append(self._state_change(partition, key, step.state, window))
+        changes.append(self._state_change(partition, key, step.state, window, page))
         if revived:
             changes.append((codecs.forgotten_key(key), None, ()))
         self.state.write(partition, changes)
@@ -316,8 +401,11 @@ class Stores:
     ) -> None:
         """Persist a sweep: ``forget`` (position, id) and the new window."""
         changes: list[Change] = []
-        _forget_ids(changes, key, forget)
-        changes.append(self._state_change(partition, key, state, window))
+        page = self.page(partition, key)
+        _forget_ids(changes, key, forget, page)
+        _drop_pages(changes, key, page, self._window(partition, key).head, window.head)
+        page = _trimmed(page, window)
+        changes.append(self._state_change(partition, key, state, window, page))
         self.state.write(partition, changes)
 
     def marker(self, partition: int, key: str) -> Forgotten | None:
@@ -337,16 +425,25 @@ class Stores:
         processor's record is deleted, that record left for the key if it
         comes back (its state as it would have been without forgetting)."""
         changes: list[Change] = []
-        _forget_ids(changes, key, plan.forget)
+        page = self.page(partition, key)
+        _forget_ids(changes, key, plan.forget, page)
+        _drop_pages(changes, key, page, self._window(partition, key).head, plan.window.head)
         slot = (partition, key)
         if plan.marker is None:
-            changes.append(self._state_change(partition, key, state, plan.window))
+            page = _trimmed(page, plan.window)
+            changes.append(self._state_change(partition, key, state, plan.window, page))
         else:
+            # a page a crash left written beyond the window (its step cut
+            # before the key state): the key's last record of the family
+            stray = codecs.seen_page_key(key, plan.window.tail // PAGE_IDS)
+            if self.state.get(partition, stray) is not None:
+                changes.append((stray, None, ()))
             changes.append((codecs.forgotten_key(key), codecs.encode_forgotten(plan.marker), ()))
             changes.append((codecs.key_state_key(key), None, ()))
             if processed:
                 changes.append((codecs.processed_key(key), None, ()))
             self._states.pop(slot, None)
+            self._pages.pop(slot, None)
             self._unwritten.discard(slot)
         self.state.write(partition, changes)
 
@@ -403,9 +500,55 @@ class Stores:
             yield key, state, window
 
 
-def _forget_ids(changes: list[Change], key: str, forget: tuple[tuple[int, str], ...]) -> None:
+def _forget_ids(
+    changes: list[Change], key: str, forget: tuple[tuple[int, str], ...], page: SeenPage
+) -> None:
     """Delete forgotten seen ids (before the key state: forgetting early is
-    harmless)."""
+    harmless), and their ``p`` records below the page's ``legacy_below``
+    (pages go whole: :func:`_drop_pages`)."""
     for position, forgotten in forget:
         changes.append((codecs.seen_id_key(key, forgotten), None, ()))
-        changes.append((codecs.seen_position_key(key, position), None, ()))
+        if position < page.legacy_below:
+            changes.append((codecs.seen_position_key(key, position), None, ()))
+
+
+def _drop_pages(changes: list[Change], key: str, page: SeenPage, head: int, new_head: int) -> None:
+    """Delete the page records the window's head moved past (from ``head``
+    to ``new_head``). Every page behind the head was full, so written when
+    it filled, unless it lies wholly below ``legacy_below``."""
+    for index in range(head // PAGE_IDS, new_head // PAGE_IDS):
+        if (index + 1) * PAGE_IDS > page.legacy_below:
+            changes.append((codecs.seen_page_key(key, index), None, ()))
+
+
+def _trimmed(page: SeenPage, window: SeenWindow) -> SeenPage:
+    """``page`` without the ids the window's head moved past (nor, once the
+    head is past it, ``legacy_below``: no ``p`` record is left)."""
+    drop = max(0, min(window.head - page.first, page.size))
+    legacy = page.legacy_below if window.head < page.legacy_below else 0
+    if not drop and legacy == page.legacy_below:
+        return page
+    return codecs.seen_page(legacy, page.first + drop, page.ids[drop:])
+
+
+def _remember(
+    changes: list[Change], key: str, page: SeenPage, mid: str, position: int, window: SeenWindow
+) -> SeenPage:
+    """The open page with ``mid`` accepted at ``position``, the window's
+    last; when that fills the page, its record (then the next page is open)."""
+    first, count, legacy = page.first, page.size, page.legacy_below
+    if first + count != position:  # (never, but then none of it is believed)
+        page, first, count = SeenPage(legacy, position), position, 0
+    page = SeenPage(legacy, first, count + 1, page.raw + codecs.id_bytes(mid))
+    if window.head > first or (legacy and window.head >= legacy):
+        page = _trimmed(page, window)
+    if window.tail % PAGE_IDS:
+        return page
+    changes.append(
+        (
+            codecs.seen_page_key(key, (window.tail - 1) // PAGE_IDS),
+            codecs.encode_open_page(page),
+            (),
+        )
+    )
+    return SeenPage(page.legacy_below, window.tail)

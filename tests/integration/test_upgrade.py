@@ -5,7 +5,7 @@ installed worker on a real broker (exactly_once where it has transactions):
   given to the worker as a data directory (a local RocksDB beside its
   changelog) or as a changelog alone, is migrated: a copy of a command
   decided then gets its stored reply byte for byte and runs nothing, a new
-  command continues the entity, and the current marker (``3/3``) is in the changelog
+  command continues the entity, and the current marker (``4/4``) is in the changelog
   and the local database, the old keys tombstoned;
 * state of a newer format (a downgrade) is refused in one line with exit
   code 4, from a data directory or a changelog, and nothing is written.
@@ -307,3 +307,56 @@ def test_the_ordered_worker_reads_format_1_state_and_marks_it(
     assert len(dead) == 1 and b"sequence-conflict" in dead[0].value + str(dead[0].headers).encode()
     table = {r.key: r.value for r in sorted(read(changelog), key=lambda r: r.offset)}
     assert table[MARKER] == encode_marker()
+
+
+def test_the_ordered_worker_drops_copies_of_ids_format_3_remembered(
+    broker: Broker, make_settings, names, tmp_path: Path
+) -> None:
+    """The ordered table's format 3 (one ``p`` record per seen id, the key
+    state in its layout before pages) from a changelog, byte for byte: k1
+    accepted ids k1:1 and k1:2, next expected 3. A copy of k1:2 is dropped
+    as a copy (state read without its ``p`` records would accept it and
+    dead-letter it as a sequence conflict), k1:3 goes out, the partition is
+    marked format 4 and no ``p`` record is written."""
+    exactly_once = not broker.is_tansu
+    isolation = "read_committed" if exactly_once else "read_uncommitted"
+    settings = make_settings(
+        partitions=1, processing_guarantee="exactly_once" if exactly_once else "at_least_once"
+    )
+    bootstrap, changelog = settings.broker.bootstrap, f"{settings.group_id}-state-changelog"
+    asyncio.run(create_topics(bootstrap, [*settings.topics(), changelog], 1))
+    now, key = time.time(), b"\x00\x00\x00\x02k1"
+    everything = (1 << 64) - 1  # (the ids filter: every bit, read always)
+    # version, flags (no gap), next, buffered, gap since, head, tail, oldest,
+    # filter high and low, confirmed, ranges
+    state = struct.pack(">BBQQdQQdQQQH", 4, 2, 3, 0, 0.0, 0, 2, now, everything, everything, 3, 0)
+    table = [(MARKER, b"3/3"), (b"s" + key, state)]
+    for position, mid in enumerate([b"k1:1", b"k1:2"]):
+        table.append((b"i" + key + mid, struct.pack(">Qdq", position, now, -1)))
+        table.append((b"p" + key + struct.pack(">Q", position), struct.pack(">d", now) + mid))
+    asyncio.run(publish(bootstrap, changelog, table))
+
+    def message(seq: int) -> tuple[bytes, bytes]:
+        return b"k1", orjson.dumps({"messageId": f"k1:{seq}", "seq": seq, "type": "T"})
+
+    asyncio.run(publish(bootstrap, settings.ordered.input_topic, [message(2), message(3)]))
+    worker = WorkerProcess(settings, tmp_path / "ordered.log").start()
+
+    def read(topic: str) -> list[Any]:
+        return asyncio.run(read_topic(bootstrap, topic, isolation=isolation))
+
+    try:
+        deadline = time.monotonic() + 90
+        while not read(settings.ordered.ordered_topic):
+            worker.check_alive()
+            assert time.monotonic() < deadline, worker.log()[-3000:]
+            time.sleep(0.5)
+        time.sleep(2.0)  # (a dead letter would show)
+        ordered, dead = read(settings.ordered.ordered_topic), read(settings.ordered.dlq_topic)
+    finally:
+        assert worker.stop() == 0
+    assert [orjson.loads(r.value)["seq"] for r in ordered] == [3]
+    assert dead == []
+    records = sorted(read(changelog), key=lambda r: r.offset)
+    assert {r.key: r.value for r in records}[MARKER] == encode_marker()
+    assert [r.key for r in records if r.key[:1] == b"p"] == [k for k, _ in table if k[:1] == b"p"]

@@ -76,6 +76,37 @@ def test_key_state_round_trips(state: KeyState, window: SeenWindow) -> None:
     assert codecs.decode_key_state(legacy) == (state, unknown)
 
 
+ids = st.lists(st.text(max_size=3) | st.text(min_size=250, max_size=300), max_size=7)
+
+
+@given(st.integers(0, 2**62), st.integers(0, 2**62), ids, st.booleans())
+def test_the_open_page_rides_in_the_key_state(
+    head: int, legacy: int, page_ids: list[str], fresh: bool
+) -> None:
+    tail = head + len(page_ids) + 3
+    legacy = 0 if fresh else min(legacy, tail)
+    page = codecs.seen_page(legacy, tail - len(page_ids), tuple(page_ids))
+    window = SeenWindow(head, tail)
+    raw = codecs.encode_key_state(KeyState(4), window, page)
+    assert codecs.decode_key_record(raw) == (KeyState(4), window, page)
+    assert orjson.loads(codecs.describe(codecs.key_state_key("k"), raw)[3])["seen_page"] == page_ids
+    # the layout before pages: every position of its window in p records
+    version_4 = bytes((4,)) + raw[1 : 1 + struct.calcsize(">BBQQdQQdQQQH") - 1]
+    assert codecs.decode_key_record(version_4)[2] == codecs.SeenPage(tail, tail)
+    # a page that does not end at the window's tail is not believed
+    off = codecs.encode_key_state(KeyState(4), SeenWindow(head, tail + 1), page)
+    assert codecs.decode_key_record(off)[2] == codecs.SeenPage(legacy, tail + 1)
+
+
+@given(st.text(), st.integers(0, 2**40), st.integers(0, 2**62), ids)
+def test_a_page_record_round_trips(key: str, index: int, first: int, page_ids: list[str]) -> None:
+    raw = codecs.encode_seen_page(first, page_ids)
+    assert codecs.decode_seen_page(raw) == (first, tuple(page_ids))
+    family, subject, item, text = codecs.describe(codecs.seen_page_key(key, index), raw)
+    assert (family, subject, item) == ("seen_page", key, str(index))
+    assert orjson.loads(text) == {"first": first, "message_ids": page_ids}
+
+
 @given(st.text(), st.floats(allow_nan=False))
 def test_seen_position_round_trips(mid: str, t: float) -> None:
     assert codecs.decode_seen_position(codecs.encode_seen_position(mid, t)) == (mid, t)
@@ -231,6 +262,7 @@ def test_a_forgotten_keys_marker_round_trips_and_is_described(
         codecs.BUFFER,
         codecs.SEEN_ID,
         codecs.SEEN_POSITION,
+        codecs.SEEN_PAGE,
         codecs.PROCESSED,
         codecs.QUEUED,
         codecs.OUTPUTS,

@@ -54,20 +54,23 @@ NOW = formats.encode_marker()
 N = CURRENT.number
 NEXT = f"{N + 1}/{N + 1}".encode()
 
+
 # -- the registry and the marker -------------------------------------------------
 def test_the_registry_numbers_formats_one_by_one_and_writes_the_last() -> None:
     assert [f.number for f in FORMATS] == list(range(1, len(FORMATS) + 1))
-    assert CURRENT is NEWEST is FORMATS[-1] and CURRENT.number == 3
+    assert CURRENT is NEWEST is FORMATS[-1] and CURRENT.number == 4
     assert FORMATS[0].migrate is None  # (nothing before the first)
     assert all(1 <= f.oldest_reader <= f.number for f in FORMATS)
     # a release writing format 1 looks for receipts under bare messageIds
-    # only; one writing format 2 does not look for forgotten-key markers
-    assert [f.oldest_reader for f in FORMATS] == [1, 2, 3]
-    assert formats.encode_marker() == b"3/3"
+    # only; one writing format 2 does not look for forgotten-key markers;
+    # one writing format 3 looks for seen ids' FIFO entries in p records only
+    assert [f.oldest_reader for f in FORMATS] == [1, 2, 3, 4]
+    assert formats.encode_marker() == b"4/4"
 
 
 def test_the_marker_is_no_family_of_either_table() -> None:
     families = {codecs.KEY_STATE, codecs.BUFFER, codecs.SEEN_ID, codecs.SEEN_POSITION}
+    families |= {codecs.SEEN_PAGE, codecs.FORGOTTEN}
     families |= {codecs.PROCESSED, codecs.QUEUED, codecs.OUTPUTS}
     families |= {cmd.ENTITY, cmd.PENDING, cmd.RECEIPT, cmd.RETRY, cmd.CORRELATION, cmd.AGE}
     families |= set(cmd.OLD_FAMILIES)

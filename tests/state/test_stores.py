@@ -191,6 +191,12 @@ def test_each_view_answers_for_the_key_it_was_asked_for(
     for partition in (0, 1):  # seen ids at positions 0..2, buffer entries 1..2
         for key in "ab":
             tag = f"{partition}{key}"
+            # (the key state of format 3, whose FIFO entries are p records)
+            stores.state.put(
+                partition,
+                codecs.key_state_key(key),
+                codecs.encode_key_state(KeyState(), SeenWindow(0, 3)),
+            )
             for position in range(3):
                 mid = f"{tag}-{position}"
                 stores.state.put(

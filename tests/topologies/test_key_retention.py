@@ -87,14 +87,14 @@ def test_idle_keys_are_forgotten_busy_ones_kept_and_markers_decide_what_comes_la
     w.feed(event("unconfirmed", 1))  # taken below, never confirmed
     w.t.take()
     w.sweep_all(1000.0 + RETENTION / 2)  # within the retention: all kept
-    assert all(w.families(k) == {b"s", b"i", b"p"} for k in keys)
+    assert all(w.families(k) == {b"s", b"i"} for k in keys)
     assert w.metric("seqkeeper_keys_live") == KEYS + 2
     w.sweep_all(1000.0 + RETENTION + 1)
     for k in keys:  # state gone, a marker of the next sequence kept
         assert w.families(k) == {b"F"}
         assert w.t.stores.marker(0, k) is not None
         assert w.t.stores.marker(0, k).next_expected == 3  # type: ignore[union-attr]
-    assert w.families("gap") == {b"s", b"b", b"i", b"p"}
+    assert w.families("gap") == {b"s", b"b", b"i"}
     assert b"s" in w.families("unconfirmed") and b"F" not in w.families("unconfirmed")
     assert w.metric("seqkeeper_keys_forgotten_total") == KEYS
     assert w.metric("seqkeeper_keys_live") == 2
@@ -106,7 +106,7 @@ def test_idle_keys_are_forgotten_busy_ones_kept_and_markers_decide_what_comes_la
     assert [(k, h["seqkeeper.reason"]) for k, h in dlq] == [(b"k0", b"late-arrival")]
     ordered = [(k, orjson.loads(v or b"")["seq"]) for topic, k, v, _ in out if topic == "ordered"]
     assert ordered == [(b"k1", 3)]  # continues from the marker; k2 waits for 3 and 4
-    assert w.families("k1") == {b"s", b"i", b"p"}  # alive again, marker gone
+    assert w.families("k1") == {b"s", b"i"}  # alive again, marker gone
     assert {b"s", b"b", b"F"} <= w.families("k2") | {b"F"} and b"F" not in w.families("k2")
     assert w.families("k0") == {b"F"}
 
