@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 
 import orjson
 
-from seqkeeper.processors.deduplicator import UNKNOWN, DedupDecision, Seen, SeenWindow
+from seqkeeper.processors.deduplicator import DedupDecision, Seen, SeenWindow
 from seqkeeper.processors.envelope import Message
 from seqkeeper.processors.key_retention import Forgotten, Plan
 from seqkeeper.processors.resequencer import KeyState, Step
@@ -126,10 +126,13 @@ class SeenIds:
         mid = self._id_at(position)
         if mid is None:
             return None
-        # (a page keeps no times: the id's own record does)
+        # A page keeps no times: the id's own record does. Without one that
+        # names this position (its deletion ran ahead of the page's, a cut
+        # write; or the id was accepted again since, at a later position)
+        # the entry is gone: treated as missing, the id's record is kept.
         raw = self._store.get(self._partition, codecs.seen_id_key(self._key, mid))
         seen = None if raw is None else codecs.decode_seen_id(raw)
-        return mid, seen.accepted_at if seen is not None and seen.position == position else UNKNOWN
+        return None if seen is None or seen.position != position else (mid, seen.accepted_at)
 
     def _id_at(self, position: int) -> str | None:
         """The id the FIFO holds at ``position`` (``None``: none)."""
@@ -327,7 +330,9 @@ class Stores:
         both: the state is read first)."""
         changes: list[Change] = []
         slot = (partition, key)
-        page = self._pages.get(slot) or self.page(partition, key)
+        page = self._pages.get(slot)
+        if page is None:
+            page = self.page(partition, key)
         if decision is not None:
             if decision.forget:
                 _forget_ids(changes, key, decision.forget, page)
@@ -337,6 +342,12 @@ class Stores:
                 _drop_pages(changes, key, page, before, window.head)
             if decision.remember is not None:
                 mid, seen = decision.remember
+                if seen.position == page.legacy_below != 0:
+                    # a key of format 3 state: a p record a cut step left
+                    # at its tail would never be read, nor deleted
+                    stray = codecs.seen_position_key(key, seen.position)
+                    if self.state.get(partition, stray) is not None:
+                        changes.append((stray, None, ()))
                 page = _remember(changes, key, page, mid, seen.position, window)
                 last = self._seen_view.looked_up  # (the offer looked it up)
                 if last is not None and last[0] == key and last[1] == mid:

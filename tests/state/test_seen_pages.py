@@ -210,3 +210,48 @@ def test_a_page_a_crash_left_beyond_the_window_goes_with_its_key() -> None:
     assert plan is not None and plan.marker is not None
     stores.retire(0, "k", DONE, plan, False)
     assert families(store, "k") == {codecs.FORGOTTEN: 1}
+
+
+def offer(stores: Stores, mid: str, now: float, source: int, retention: Retention) -> bool:
+    state, window = stores.load(0, "k")
+    d = deduplicator.offer(
+        stores.seen(0, "k", window), window, Message("k", mid, 1, "t", b""), now, retention, source
+    )
+    if d.accepted:
+        stores.save(0, "k", Step(DONE), d.window, d)
+    return d.accepted
+
+
+def test_a_cut_sweep_never_costs_an_id_accepted_since_its_record() -> None:
+    """A sweep's write deletes the forgotten ids' records first; cut before
+    its key state, the pages still name them. An id forgotten early may pass
+    again (forgetting early is harmless), but its new record belongs to its
+    new position: evicting the old one must not delete it."""
+    retention = Retention(max_age=10.0, max_per_key=1000)
+    store = MemoryStore()
+    stores = Stores(store)
+    for n, (mid, t) in enumerate([("A", 1.0), ("B", 1.5), ("C", 2.0), ("D", 8.0)]):
+        assert offer(stores, mid, t, n, retention)
+    state, window = stores.load(0, "k")
+    swept, forget = deduplicator.sweep(stores.seen(0, "k", window), window, 12.5, retention, 10)
+    assert [mid for _, mid in forget] == ["A", "B", "C"]
+    write = store.write
+    store.write = lambda p, changes: write(p, changes[:3])  # type: ignore[method-assign]
+    stores.forget(0, "k", state, swept, forget)  # (cut: the three i records only)
+    store.write = write  # type: ignore[method-assign]
+    stores = Stores(store)  # (the restart)
+    assert offer(stores, "C", 12.5, 10, retention)  # forgotten early: passes again
+    assert offer(stores, "E", 13.0, 11, retention)  # evicts the old positions
+    assert not offer(stores, "C", 14.0, 12, retention)  # remembered since 12.5
+
+
+def test_a_p_record_a_cut_step_left_at_a_format_3_tail_is_deleted() -> None:
+    store = MemoryStore()
+    ref = Reference()
+    legacy(store, ref, "k", 3)
+    stray = codecs.seen_position_key("k", 3)  # (its step cut before the key state)
+    store.put(0, stray, codecs.encode_seen_position("x", 0.0))
+    stores = Stores(store)
+    assert offer(stores, "new", 1.0, 1, Retention())
+    assert store.get(0, stray) is None
+    assert families(store, "k") == {codecs.KEY_STATE: 1, codecs.SEEN_ID: 4, codecs.SEEN_POSITION: 3}
