@@ -16,6 +16,8 @@ from __future__ import annotations
 import asyncio
 import struct
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -265,6 +267,62 @@ def test_a_downgrade_is_refused_in_one_line_and_writes_nothing(
         assert read_db(world.db_path()) == before_db
 
 
+@dataclass
+class OrderedRun:
+    ordered: list[Any]
+    dead: list[Any]
+    changelog: list[Any]  # (in offset order)
+
+
+def run_ordered(
+    broker: Broker,
+    make_settings: Any,
+    tmp_path: Path,
+    table: list[tuple[bytes, bytes]],
+    mid: str,
+    done: Callable[[OrderedRun], bool],
+) -> OrderedRun:
+    """An ordered worker (exactly_once where the broker has transactions)
+    over a changelog holding ``table``, given k1's messages of sequence 2
+    and 3 (messageIds ``mid`` with the sequence), until ``done``, and a
+    second more (another output would show)."""
+    exactly_once = not broker.is_tansu
+    isolation = "read_committed" if exactly_once else "read_uncommitted"
+    settings = make_settings(
+        partitions=1, processing_guarantee="exactly_once" if exactly_once else "at_least_once"
+    )
+    bootstrap, changelog = settings.broker.bootstrap, f"{settings.group_id}-state-changelog"
+    asyncio.run(create_topics(bootstrap, [*settings.topics(), changelog], 1))
+    asyncio.run(publish(bootstrap, changelog, table))
+    messages = [
+        (b"k1", orjson.dumps({"messageId": mid.format(seq=seq), "seq": seq, "type": "T"}))
+        for seq in (2, 3)
+    ]
+    asyncio.run(publish(bootstrap, settings.ordered.input_topic, messages))
+    worker = WorkerProcess(settings, tmp_path / "ordered.log").start()
+
+    def read(topic: str) -> list[Any]:
+        return asyncio.run(read_topic(bootstrap, topic, isolation=isolation))
+
+    def now() -> OrderedRun:
+        return OrderedRun(
+            read(settings.ordered.ordered_topic), read(settings.ordered.dlq_topic), []
+        )
+
+    try:
+        deadline = time.monotonic() + 90
+        while not done(now()):
+            worker.check_alive()
+            assert time.monotonic() < deadline, worker.log()[-3000:]
+            time.sleep(0.5)
+        time.sleep(1.0)
+        run = now()
+    finally:
+        assert worker.stop() == 0
+    run.changelog = sorted(read(changelog), key=lambda r: r.offset)
+    return run
+
+
 def test_the_ordered_worker_reads_format_1_state_and_marks_it(
     broker: Broker, make_settings, names, tmp_path: Path
 ) -> None:
@@ -273,40 +331,15 @@ def test_the_ordered_worker_reads_format_1_state_and_marks_it(
     next expected sequence is 3: 3 goes out at once, and a new message of
     sequence 2 is dead-lettered as a sequence conflict; state read as
     empty would hold both back waiting for 1), and marked."""
-    exactly_once = not broker.is_tansu
-    isolation = "read_committed" if exactly_once else "read_uncommitted"
-    settings = make_settings(
-        partitions=1, processing_guarantee="exactly_once" if exactly_once else "at_least_once"
-    )
-    bootstrap, changelog = settings.broker.bootstrap, f"{settings.group_id}-state-changelog"
-    asyncio.run(create_topics(bootstrap, [*settings.topics(), changelog], 1))
     # [next expected, buffered, gap since, skipped, seen head, seen tail, confirmed]
-    k1 = b"s\x00\x00\x00\x02k1"
-    asyncio.run(publish(bootstrap, changelog, [(k1, b"[3,0,null,[],0,0,2]")]))
-
-    def message(seq: int) -> tuple[bytes, bytes]:
-        return b"k1", orjson.dumps({"messageId": f"k1:{seq}:new", "seq": seq, "type": "T"})
-
-    asyncio.run(publish(bootstrap, settings.ordered.input_topic, [message(2), message(3)]))
-    worker = WorkerProcess(settings, tmp_path / "ordered.log").start()
-
-    def read(topic: str) -> list[Any]:
-        return asyncio.run(read_topic(bootstrap, topic, isolation=isolation))
-
-    try:
-        deadline = time.monotonic() + 90
-        while not (read(settings.ordered.ordered_topic) and read(settings.ordered.dlq_topic)):
-            worker.check_alive()
-            assert time.monotonic() < deadline, worker.log()[-3000:]
-            time.sleep(0.5)
-        time.sleep(1.0)  # (another output would show)
-        ordered, dead = read(settings.ordered.ordered_topic), read(settings.ordered.dlq_topic)
-    finally:
-        assert worker.stop() == 0
-    assert [orjson.loads(r.value)["seq"] for r in ordered] == [3]
+    table = [(b"s\x00\x00\x00\x02k1", b"[3,0,null,[],0,0,2]")]
+    run = run_ordered(
+        broker, make_settings, tmp_path, table, "k1:{seq}:new", lambda r: bool(r.ordered and r.dead)
+    )
+    assert [orjson.loads(r.value)["seq"] for r in run.ordered] == [3]
+    dead = run.dead
     assert len(dead) == 1 and b"sequence-conflict" in dead[0].value + str(dead[0].headers).encode()
-    table = {r.key: r.value for r in sorted(read(changelog), key=lambda r: r.offset)}
-    assert table[MARKER] == encode_marker()
+    assert {r.key: r.value for r in run.changelog}[MARKER] == encode_marker()
 
 
 def test_the_ordered_worker_drops_copies_of_ids_format_3_remembered(
@@ -318,13 +351,6 @@ def test_the_ordered_worker_drops_copies_of_ids_format_3_remembered(
     as a copy (state read without its ``p`` records would accept it and
     dead-letter it as a sequence conflict), k1:3 goes out, the partition is
     marked format 4 and no ``p`` record is written."""
-    exactly_once = not broker.is_tansu
-    isolation = "read_committed" if exactly_once else "read_uncommitted"
-    settings = make_settings(
-        partitions=1, processing_guarantee="exactly_once" if exactly_once else "at_least_once"
-    )
-    bootstrap, changelog = settings.broker.bootstrap, f"{settings.group_id}-state-changelog"
-    asyncio.run(create_topics(bootstrap, [*settings.topics(), changelog], 1))
     now, key = time.time(), b"\x00\x00\x00\x02k1"
     everything = (1 << 64) - 1  # (the ids filter: every bit, read always)
     # version, flags (no gap), next, buffered, gap since, head, tail, oldest,
@@ -334,29 +360,9 @@ def test_the_ordered_worker_drops_copies_of_ids_format_3_remembered(
     for position, mid in enumerate([b"k1:1", b"k1:2"]):
         table.append((b"i" + key + mid, struct.pack(">Qdq", position, now, -1)))
         table.append((b"p" + key + struct.pack(">Q", position), struct.pack(">d", now) + mid))
-    asyncio.run(publish(bootstrap, changelog, table))
-
-    def message(seq: int) -> tuple[bytes, bytes]:
-        return b"k1", orjson.dumps({"messageId": f"k1:{seq}", "seq": seq, "type": "T"})
-
-    asyncio.run(publish(bootstrap, settings.ordered.input_topic, [message(2), message(3)]))
-    worker = WorkerProcess(settings, tmp_path / "ordered.log").start()
-
-    def read(topic: str) -> list[Any]:
-        return asyncio.run(read_topic(bootstrap, topic, isolation=isolation))
-
-    try:
-        deadline = time.monotonic() + 90
-        while not read(settings.ordered.ordered_topic):
-            worker.check_alive()
-            assert time.monotonic() < deadline, worker.log()[-3000:]
-            time.sleep(0.5)
-        time.sleep(2.0)  # (a dead letter would show)
-        ordered, dead = read(settings.ordered.ordered_topic), read(settings.ordered.dlq_topic)
-    finally:
-        assert worker.stop() == 0
-    assert [orjson.loads(r.value)["seq"] for r in ordered] == [3]
-    assert dead == []
-    records = sorted(read(changelog), key=lambda r: r.offset)
-    assert {r.key: r.value for r in records}[MARKER] == encode_marker()
-    assert [r.key for r in records if r.key[:1] == b"p"] == [k for k, _ in table if k[:1] == b"p"]
+    run = run_ordered(broker, make_settings, tmp_path, table, "k1:{seq}", lambda r: bool(r.ordered))
+    assert [orjson.loads(r.value)["seq"] for r in run.ordered] == [3]
+    assert run.dead == []
+    assert {r.key: r.value for r in run.changelog}[MARKER] == encode_marker()
+    written = [r.key for r in run.changelog if r.key[:1] == b"p"]
+    assert written == [k for k, _ in table if k[:1] == b"p"]
