@@ -191,13 +191,9 @@ def _read_ids(raw: bytes, at: int, count: int) -> tuple[str, ...]:
 _PAGE = struct.Struct(">QH")
 
 
-def encode_seen_page(first: int, ids: Sequence[str]) -> bytes:
-    """A full page's record: the first position it holds and its ids."""
-    return _PAGE.pack(first, len(ids)) + _ids(ids)
-
-
-def encode_open_page(page: SeenPage) -> bytes:
-    """The record of an open page that filled (:func:`encode_seen_page`)."""
+def encode_seen_page(page: SeenPage) -> bytes:
+    """The record of a page that filled: the first position it holds and
+    its ids (``legacy_below`` stays with the key state)."""
     return _PAGE.pack(page.first, page.size) + page.raw
 
 

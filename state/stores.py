@@ -18,13 +18,13 @@ the commit record of a step. Seen ids written before it are only believed
 when their FIFO position lies inside the key state's window and the FIFO
 entry names the same id (the FIFO's newest entries are in the key state
 itself, the open page; a page record written before it, when the page
-filled, is written again by the step that fills it next); a buffer entry written before it is taken again by
-the Resequencer when its message is replayed (only the last step of a key
-can be cut: every step before it is complete, so its replayed input is a
-redelivery); deletions of forgotten ids come first (forgetting early is
-harmless), and so do deletions of confirmed buffer entries (their output is
-durable: a missing entry is not emitted again, see
-:mod:`processors.resequencer`).
+filled, is written again by the step that fills it next); a buffer entry
+written before it is taken again by the Resequencer when its message is
+replayed (only the last step of a key can be cut: every step before it is
+complete, so its replayed input is a redelivery); deletions of forgotten ids
+come first (forgetting early is harmless), and so do deletions of confirmed
+buffer entries (their output is durable: a missing entry is not emitted
+again, see :mod:`processors.resequencer`).
 """
 
 from __future__ import annotations
@@ -91,12 +91,7 @@ class SeenIds:
     __slots__ = ("_store", "_stores", "_partition", "_key", "_window", "_page", "looked_up")
 
     def __init__(
-        self,
-        store: PartitionStore,
-        partition: int,
-        key: str,
-        window: SeenWindow,
-        stores: Stores | None = None,
+        self, store: PartitionStore, partition: int, key: str, window: SeenWindow, stores: Stores
     ) -> None:
         self._store = store
         self._stores = stores
@@ -155,12 +150,7 @@ class SeenIds:
     def _open_page(self) -> SeenPage:
         page = self._page
         if page is None:
-            if self._stores is not None:
-                page = self._stores.page(self._partition, self._key)
-            else:
-                raw = self._store.get(self._partition, codecs.key_state_key(self._key))
-                page = codecs.decode_key_record(raw)[2]
-            self._page = page
+            page = self._page = self._stores.page(self._partition, self._key)
         return page
 
 
@@ -226,9 +216,8 @@ class Stores:
         """A key's open page (:class:`codecs.SeenPage`), as last written."""
         found = self._pages.get((partition, key))
         if found is None:
-            found = codecs.decode_key_record(self.state.get(partition, codecs.key_state_key(key)))[
-                2
-            ]
+            raw = self.state.get(partition, codecs.key_state_key(key))
+            _, _, found = codecs.decode_key_record(raw)
         return found
 
     def _window(self, partition: int, key: str) -> SeenWindow:
@@ -558,7 +547,7 @@ def _remember(
     changes.append(
         (
             codecs.seen_page_key(key, (window.tail - 1) // PAGE_IDS),
-            codecs.encode_open_page(page),
+            codecs.encode_seen_page(page),
             (),
         )
     )

@@ -100,7 +100,7 @@ def test_the_open_page_rides_in_the_key_state(
 
 @given(st.text(), st.integers(0, 2**40), st.integers(0, 2**62), ids)
 def test_a_page_record_round_trips(key: str, index: int, first: int, page_ids: list[str]) -> None:
-    raw = codecs.encode_seen_page(first, page_ids)
+    raw = codecs.encode_seen_page(codecs.seen_page(0, first, page_ids))
     assert codecs.decode_seen_page(raw) == (first, tuple(page_ids))
     family, subject, item, text = codecs.describe(codecs.seen_page_key(key, index), raw)
     assert (family, subject, item) == ("seen_page", key, str(index))

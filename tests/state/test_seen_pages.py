@@ -201,7 +201,11 @@ def test_a_page_a_crash_left_beyond_the_window_goes_with_its_key() -> None:
             stores.seen(0, "k", window), window, Message("k", f"m{n}", 1, "t", b""), 1.0
         )
         stores.save(0, "k", Step(state), d.window, d)
-    store.put(0, codecs.seen_page_key("k", 0), codecs.encode_seen_page(0, ["x"] * PAGE_IDS))
+    store.put(
+        0,
+        codecs.seen_page_key("k", 0),
+        codecs.encode_seen_page(codecs.seen_page(0, 0, ["x"] * PAGE_IDS)),
+    )
     stores = Stores(store)  # (the restart after the crash)
     state, window = stores.load(0, "k")
     plan = key_retention.plan(
