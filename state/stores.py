@@ -323,12 +323,10 @@ class Stores:
         if page is None:
             page = self.page(partition, key)
         if decision is not None:
-            if decision.forget:
-                _forget_ids(changes, key, decision.forget, page)
             kept = self._states.get(slot)
             before = (self._window(partition, key) if kept is None else kept[1]).head
-            if window.head != before:
-                _drop_pages(changes, key, page, before, window.head)
+            if decision.forget or window.head != before:  # (rare: no call on the hot path)
+                _forget_seen(changes, key, page, decision.forget, before, window.head)
             if decision.remember is not None:
                 mid, seen = decision.remember
                 if seen.position == page.legacy_below != 0:
@@ -402,8 +400,7 @@ class Stores:
         """Persist a sweep: ``forget`` (position, id) and the new window."""
         changes: list[Change] = []
         page = self.page(partition, key)
-        _forget_ids(changes, key, forget, page)
-        _drop_pages(changes, key, page, self._window(partition, key).head, window.head)
+        _forget_seen(changes, key, page, forget, self._window(partition, key).head, window.head)
         page = _trimmed(page, window)
         changes.append(self._state_change(partition, key, state, window, page))
         self.state.write(partition, changes)
@@ -426,8 +423,8 @@ class Stores:
         comes back (its state as it would have been without forgetting)."""
         changes: list[Change] = []
         page = self.page(partition, key)
-        _forget_ids(changes, key, plan.forget, page)
-        _drop_pages(changes, key, page, self._window(partition, key).head, plan.window.head)
+        head = self._window(partition, key).head
+        _forget_seen(changes, key, page, plan.forget, head, plan.window.head)
         slot = (partition, key)
         if plan.marker is None:
             page = _trimmed(page, plan.window)
@@ -500,22 +497,23 @@ class Stores:
             yield key, state, window
 
 
-def _forget_ids(
-    changes: list[Change], key: str, forget: tuple[tuple[int, str], ...], page: SeenPage
+def _forget_seen(
+    changes: list[Change],
+    key: str,
+    page: SeenPage,
+    forget: tuple[tuple[int, str], ...],
+    head: int,
+    new_head: int,
 ) -> None:
     """Delete forgotten seen ids (before the key state: forgetting early is
-    harmless), and their ``p`` records below the page's ``legacy_below``
-    (pages go whole: :func:`_drop_pages`)."""
+    harmless), their ``p`` records below the page's ``legacy_below``, and
+    the page records the window's head moved past (from ``head`` to
+    ``new_head``): every page behind the head was full, so written when it
+    filled, unless it lies wholly below ``legacy_below``."""
     for position, forgotten in forget:
         changes.append((codecs.seen_id_key(key, forgotten), None, ()))
         if position < page.legacy_below:
             changes.append((codecs.seen_position_key(key, position), None, ()))
-
-
-def _drop_pages(changes: list[Change], key: str, page: SeenPage, head: int, new_head: int) -> None:
-    """Delete the page records the window's head moved past (from ``head``
-    to ``new_head``). Every page behind the head was full, so written when
-    it filled, unless it lies wholly below ``legacy_below``."""
     for index in range(head // PAGE_IDS, new_head // PAGE_IDS):
         if (index + 1) * PAGE_IDS > page.legacy_below:
             changes.append((codecs.seen_page_key(key, index), None, ()))
