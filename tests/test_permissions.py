@@ -85,19 +85,26 @@ def test_seqkeeper_acls_prints_the_commands(monkeypatch) -> None:
     ]
 
 
-def test_the_readme_lists_the_ordered_workers_acls(monkeypatch) -> None:
-    """The README's ``$acl`` lines, expanded, are what ``seqkeeper acls``
-    prints for the ordered worker with the default names."""
+def test_the_docs_list_each_workers_acls(monkeypatch) -> None:
+    """docs/security.md's ``kafka-acls.sh`` lines (the README points there)
+    are what ``seqkeeper acls`` prints for each worker with the default
+    names, the Create ones last."""
     for name in ("SEQKEEPER_APP_ID", "SEQKEEPER_TOPOLOGY", "SEQKEEPER_INPUT_TOPIC"):
         monkeypatch.delenv(name, raising=False)
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    found = re.search(r'```console\nacl="([^"]+)"\n(.*?)```', readme, re.S)
-    assert found, "no $acl block in the README"
-    prefix, lines = found.group(1), found.group(2).splitlines()
-    s = Settings.of(app_id="seqkeeper", topology="ordered")
-    assert [line.replace("$acl", prefix, 1) for line in lines] == [
-        g.command("seqkeeper", "$B") for g in worker_grants(s)
-    ]
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "security.md").read_text()
+    section = docs.split("\n## ACLs\n", 1)[1].split("\n## ", 1)[0]
+    found = re.search(
+        r"```console\n(# the ordered worker.*?)\n\n(# the command worker.*?)```", section, re.S
+    )
+    assert found, "no kafka-acls.sh block in docs/security.md's ACLs"
+    ordered = Settings.of(app_id="seqkeeper", topology="ordered")
+    commands = Settings.of(app_id="seqkeeper", topology="commands")
+    for block, grants in [
+        (found.group(1), worker_grants(ordered)),
+        (found.group(2), worker_grants(commands, reply_topics=["shop.replies"])),
+    ]:
+        lines = [line for line in block.splitlines() if not line.startswith("#")]
+        assert lines == [g.command("seqkeeper", "$B") for g in grants]
 
 
 def cli_env(monkeypatch, **env: str) -> None:
