@@ -1,5 +1,5 @@
-"""The README stays short, and its "Write your own" code does what the
-text around it says."""
+"""The README stays short, says what it promises, points only at what
+exists, and its "Write your own" code does what the text around it says."""
 
 from __future__ import annotations
 
@@ -26,7 +26,64 @@ def write_your_own() -> list[str]:
 
 
 def test_the_readme_is_under_400_lines() -> None:
-    assert len(README.read_text().splitlines()) < 400
+    # kept well under the cap (detail goes to docs/*.md), so that the cap
+    # still says something about growth
+    lines = len(README.read_text().splitlines())
+    assert lines < 400, f"README.md has {lines} lines: move detail to docs/*.md"
+
+
+#: What the README is for (what it is, how to use it, what it guarantees),
+#: each its own section, in this order (others may come between).
+SECTIONS = [
+    "What it is and what it guarantees",
+    "The two commands",
+    "Write your own",
+    "Quick start",
+    "The public API",
+    "Topic contracts",
+    "Configuration",
+    "Running on Apache Kafka and with Docker",
+    "Operations",
+    "The Spark side",
+    "Performance",
+    "The embedded broker's deviations",
+]
+
+
+def headings(text: str) -> list[str]:
+    """The headings of a markdown text, outside code blocks."""
+    prose = re.sub(r"^```.*?^```", "", text, flags=re.S | re.M)
+    return [h.strip() for h in re.findall(r"^#{1,6} (.+)$", prose, re.M)]
+
+
+def anchor(heading: str) -> str:
+    """GitHub's anchor of a heading: lower case, punctuation but - and _
+    dropped, spaces to -."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_the_readme_has_its_sections_in_order() -> None:
+    found = headings(README.read_text())
+    assert found[0] == "seqkeeper"
+    assert [h for h in found if h in SECTIONS] == SECTIONS, found
+
+
+def test_every_link_of_the_readme_resolves() -> None:
+    """Every relative link names a file or directory of the repository, and
+    every ``#anchor`` a heading of the page it points to."""
+    root = README.parent
+    text = README.read_text()
+    links = re.findall(r"\]\(([^)\s]+)\)", re.sub(r"^```.*?^```", "", text, flags=re.S | re.M))
+    local = [link for link in links if not re.match(r"[a-z]+:", link)]
+    assert len(local) >= 10, local  # the README's pointers to docs/, examples/, bench/
+    broken = []
+    for link in local:
+        path, _, fragment = link.partition("#")
+        target = root / path if path else README
+        exists = target.exists()
+        if not exists or (fragment and fragment not in map(anchor, headings(target.read_text()))):
+            broken.append(link)
+    assert not broken, f"README.md links to what does not exist: {broken}"
 
 
 def test_the_readme_processor_keeps_a_total_and_reports_gaps() -> None:
