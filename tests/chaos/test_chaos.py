@@ -178,6 +178,22 @@ def test_markdown_has_a_column_per_broker() -> None:
         ]
     kafka_rows = table_rows(md, "## Apache Kafka 4.1.0")
     assert (kafka_rows[1][-1], kafka_rows[2][-1]) == ("FAIL", "skipped")
+    # each figure of the runs in its own column, read back from the table
+    embedded_kill, kafka_kill = table_rows(md, "## embedded")[1], kafka_rows[1]
+    assert len(embedded_kill) == len(kafka_kill) == len(ROW)
+    assert dict(zip(ROW, embedded_kill, strict=True)) == {
+        "scenario": TITLES["kill"],
+        "messages": "100",
+        "faults": "0",
+        "lost": "0",
+        "order violations": "0",
+        "other failures": "0",
+        "re-emitted (identical)": "51,192",
+        "dead-lettered": "0",
+        "recovery s, worst (median)": "74.2 (median 59.6)",
+        "result": "PASS",
+    }
+    assert dict(zip(ROW, kafka_kill, strict=True))["lost"] == "3"
     assert (
         "  - embedded (the embedded broker (Tansu 0.6)): `seqkeeper chaos` on 2026-11-25 10:00 UTC"
         in md
