@@ -4,7 +4,8 @@ those it touches.
 
 A name counts as upstream-private when it starts with one underscore and
 occurs in the installed upstream sources; a use is an attribute access
-(``x._name``) or a method defined with that name (an override).
+(``x._name``, or ``getattr(x, "_name")`` and its setattr, hasattr and
+delattr) or a method defined with that name (an override).
 
 Outside the adapter such a name is ours, not upstream's, only where the
 object is ours: on ``self`` in a class of ours that defines it, a method of
@@ -41,12 +42,33 @@ def upstream_private_names() -> frozenset[str]:
     return frozenset(names)
 
 
+#: builtins that access an attribute named by a string
+BY_NAME = ("getattr", "setattr", "hasattr", "delattr")
+
+
+def accessed(node: ast.AST) -> tuple[ast.expr, str] | None:
+    """The object and attribute name of ``x.name`` or ``getattr(x, "name")``
+    (setattr, hasattr, delattr alike), else None."""
+    if isinstance(node, ast.Attribute):
+        return node.value, node.attr
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id in BY_NAME
+        and len(node.args) >= 2
+        and isinstance(node.args[1], ast.Constant)
+        and isinstance(node.args[1].value, str)
+    ):
+        return node.args[0], node.args[1].value
+    return None
+
+
 def private_uses(source: str) -> set[str]:
     """Single-underscore names accessed as attributes or defined as methods."""
     used = set()
     for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.Attribute):
-            name = node.attr
+        if (access := accessed(node)) is not None:
+            name = access[1]
         elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
             name = node.name
         else:
@@ -97,9 +119,11 @@ def classes_in(tree: ast.Module) -> dict[str, OwnClass]:
             continue
         own = found.setdefault(cls.name, OwnClass())
         for base in cls.bases:
-            text = ast.unparse(base)
-            own.bases.add(text)
-            own.upstream_base |= re.split(r"[.\[]", text)[0] in foreign
+            text = re.split(r"\[", ast.unparse(base))[0]
+            # by its class name: module.Class is the class Class of ours
+            # (seqkeeper.adapter's CommitHookConsumer, say) as much as Class is
+            own.bases.add(text.split(".")[-1])
+            own.upstream_base |= text.split(".")[0] in foreign
         for node in ast.walk(cls):
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
                 own.defines.add(node.name)
@@ -167,17 +191,17 @@ def touched_outside(
             if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef):
                 if child.name in upstream and cls is not None and derived(cls):
                     touched.add(child.name)  # an override of an upstream method
-            elif isinstance(child, ast.Attribute) and child.attr in upstream:
-                receiver = ast.unparse(child.value)
-                if (receiver, child.attr) in own_elsewhere:
-                    used.add((receiver, child.attr))
+            elif (access := accessed(child)) is not None and access[1] in upstream:
+                receiver, name = ast.unparse(access[0]), access[1]
+                if (receiver, name) in own_elsewhere:
+                    used.add((receiver, name))
                 elif not (
                     receiver in ("self", "cls", "super()")
                     and cls is not None
                     and not derived(cls)
-                    and child.attr in defines(cls)
+                    and name in defines(cls)
                 ):
-                    touched.add(child.attr)
+                    touched.add(name)
             visit(child, inner)
 
     visit(tree, None)
@@ -237,6 +261,10 @@ def test_the_checks_can_fail() -> None:
     assert {"_commit", "_thread"} <= outside & upstream_private_names()
     source = "def flush(app):\n    app.consumer._commit({})\n    return app.consumer._thread\n"
     assert touched_outside(source) == ({"_commit", "_thread"}, set())
+    # by name, as much as by attribute
+    by_name = "def f(c):\n    return getattr(c, '_commit'), hasattr(c, '_thread')\n"
+    assert touched_outside(by_name) == ({"_commit", "_thread"}, set())
+    assert private_uses("setattr(consumer, '_read_offset', {})\n") == {"_read_offset"}
     # on self, in a class of ours that defines it: ours
     mine = "class Mine:\n    def _commit(self): pass\n    def go(self): self._commit()\n"
     assert touched_outside(mine) == (set(), set())
@@ -246,6 +274,14 @@ def test_the_checks_can_fail() -> None:
         "class C(Consumer):\n    async def _commit(self, offsets): pass\n"
     )
     assert touched_outside(override)[0] == {"_commit"}
+    # also when derived through a class of ours reached by its module
+    indirect = (
+        "from seqkeeper.adapter import commit\n"
+        "class C(commit.CommitHookConsumer):\n"
+        "    async def _commit(self, offsets): pass\n"
+        "    def go(self): return self._commit\n"
+    )
+    assert touched_outside(indirect)[0] == {"_commit"}
     # a receiver listed as ours is ours only where listed
     listed = frozenset({("view", "_key")})
     assert touched_outside("view._key = 1\nother._key\n", listed) == ({"_key"}, {("view", "_key")})
