@@ -82,10 +82,12 @@ def test_other_topics_and_consumers_keep_aiokafka_s_records() -> None:
             ("in", 3, None, ()),
         ]
     # read_committed keeps aiokafka's path (it skips aborted transactions)
-    committed = RawPartitionRecords(
-        TP, MemoryRecords(data), [], 7, RawTopics({"in"}), None, True, 1
+    committed = list(
+        RawPartitionRecords(TP, MemoryRecords(data), [], 7, RawTopics({"in"}), None, True, 1)
     )
     assert all(isinstance(r, ConsumerRecord) for r in committed)
+    # both records: all() of an iterator that yields nothing holds too
+    assert [(r.offset, r.key, r.value) for r in committed] == [(7, b"k", b"v"), (8, None, b"w")]
     # and so does a consumer with a value deserializer
     decoded = list(
         RawPartitionRecords(TP, MemoryRecords(data), [], 7, RawTopics({"in"}), bytes.upper, True, 0)
