@@ -74,6 +74,8 @@ def test_the_eta_is_unknown_until_the_records_move() -> None:
     for t in (0.0, 2.0, 4.0):
         p.observe(t, {P0: (0, 1_000)})  # stuck (a broker that does not answer)
     assert all(line.endswith("time left not known yet") for line in lines)
+    stuck = "restoring app-state-changelog/0: 0 of 1,000 records (0 %), time left not known yet"
+    assert lines == [stuck] * 3  # a line per interval (all() of no line holds too)
     p.observe(6.0, {P0: (300, 1_000)})
     assert lines[-1].endswith("about 14 s left")  # 300 in 6 s, 700 to go
     p.observe(300.0, {P0: (310, 1_000)})  # slower now: the old samples age out
