@@ -166,7 +166,9 @@ def test_containers_reach_kafka_on_an_advertised_listener() -> None:
     advertised = {
         listener.split("://", 1)[1] for listener in env["KAFKA_ADVERTISED_LISTENERS"].split(",")
     }
-    for name, service in seqkeeper_services().items():
+    built = seqkeeper_services()
+    assert built, "no service runs the seqkeeper image"
+    for name, service in built.items():
         args = command_args(service)
         if "--broker" in args:
             address = args[args.index("--broker") + 1]
@@ -220,7 +222,9 @@ def test_the_dockerignore_keeps_local_state_out_but_not_the_copied_sources() -> 
                 hit = not negate
         return hit
 
-    for src in copy_sources(ROOT / "Dockerfile"):
+    sources = copy_sources(ROOT / "Dockerfile")
+    assert sources, "the Dockerfile copies nothing"
+    for src in sources:
         parts = PurePosixPath(src).parts
         prefixes = ["/".join(parts[: i + 1]) for i in range(len(parts))]
         assert not any(map(ignored, prefixes)), f".dockerignore excludes COPY source {src}"
@@ -319,6 +323,7 @@ def test_build_contexts_hold_a_dockerfile() -> None:
 
 def test_depends_on_names_existing_services() -> None:
     s = services()
+    checked = set()
     for name, service in s.items():
         depends = service.get("depends_on") or {}
         conditions = (
@@ -328,6 +333,10 @@ def test_depends_on_names_existing_services() -> None:
             assert target in s, f"{name} depends on {target!r}, which is no service"
             if (spec or {}).get("condition") == "service_healthy":
                 assert "healthcheck" in s[target], f"{name} waits for {target}'s health: none"
+            checked.add(name)
+    # every service of ours starts after something (Kafka): a loop over no
+    # dependency at all would check nothing
+    assert set(seqkeeper_services()) <= checked, sorted(set(seqkeeper_services()) - checked)
 
 
 def test_every_named_volume_is_declared_and_used() -> None:
