@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from seqkeeper.broker import make_tls_files
 from seqkeeper.cli import app
 from seqkeeper.permissions import (
     SEND_REPLY_TOPIC,
@@ -20,6 +19,7 @@ from seqkeeper.permissions import (
     worker_grants,
 )
 from seqkeeper.settings import Settings
+from tests.secured_broker import make_tls_files
 
 PREFIX = "kafka-acls.sh --bootstrap-server kafka:9093 --command-config admin.properties --add "
 

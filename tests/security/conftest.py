@@ -2,7 +2,7 @@
 listener with SCRAM-SHA-512 users (SCRAM-SHA-256 and PLAIN too), an SSL
 listener that requires a client certificate (mTLS), a CA and server
 certificate made at start, the StandardAuthorizer denying what no ACL allows, and ``admin`` a
-super user (:class:`seqkeeper.broker.SecuredKafkaBroker`).
+super user (:class:`tests.secured_broker.SecuredKafkaBroker`).
 
 It needs ``KAFKA_HOME`` (Apache Kafka 3.7+/4.x and Java 17): the embedded
 broker has no TLS or SASL, so without it these tests are skipped."""
@@ -16,9 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from seqkeeper.broker import SecuredKafkaBroker, kafka_home_from_env
+from seqkeeper.broker import kafka_home_from_env
 from seqkeeper.security import ClientSecurity
 from seqkeeper.settings import EXAMPLE_HANDLERS, Secret, Settings
+from tests.secured_broker import SecuredKafkaBroker
 
 #: Every log the secured tests write goes here, and the broker's too: the
 #: last test reads them all for the passwords.

@@ -21,7 +21,6 @@ import orjson
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from seqkeeper.broker import SecuredKafkaBroker
 from seqkeeper.client import CommandClient
 from seqkeeper.demo import publish, wait_until_verified
 from seqkeeper.permissions import Grant, internal_topics, worker_grants
@@ -31,6 +30,7 @@ from seqkeeper.settings import Settings
 from seqkeeper.topics import create_topics
 from seqkeeper.verification.workload import generate
 from seqkeeper.worker import WorkerProcess
+from tests.secured_broker import SecuredKafkaBroker
 
 pytestmark = pytest.mark.integration
 

@@ -32,7 +32,6 @@ from pathlib import Path
 import orjson
 import pytest
 
-from seqkeeper.broker import SecuredKafkaBroker, make_tls_files
 from seqkeeper.client import CommandClient, SyncCommandClient
 from seqkeeper.demo import publish
 from seqkeeper.permissions import Grant, PermissionDenied
@@ -40,6 +39,7 @@ from seqkeeper.security import BrokerRefused, ClientSecurity, installed, kafka_o
 from seqkeeper.settings import Secret, Settings
 from seqkeeper.spark_sink.crypto import KEY_ENV, Sealer
 from seqkeeper.topics import create_topics, end_offsets_of
+from tests.secured_broker import SecuredKafkaBroker, make_tls_files
 from tests.security.test_secured_kafka import WRONG_PASSWORD, error_lines, run_cli, verify_args
 from tests.spark_sink.small_store import build
 

@@ -20,7 +20,6 @@ from typing import Any
 import orjson
 import pytest
 
-from seqkeeper.broker import SecuredKafkaBroker
 from seqkeeper.security import ClientSecurity
 from seqkeeper.spark_sink.audit import coordinates
 from seqkeeper.spark_sink.crypto import (
@@ -37,6 +36,7 @@ from seqkeeper.spark_sink.replay import _publish
 from seqkeeper.spark_sink.reseal import sealed_files
 from seqkeeper.spark_sink.store import MessageStore
 from seqkeeper.topics import end_offsets_of, read_topic
+from tests.secured_broker import SecuredKafkaBroker
 from tests.security.conftest import security_env
 from tests.security.test_secured_kafka import run_cli
 

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from seqkeeper.broker import SecuredKafkaBroker
 from seqkeeper.settings import Settings
+from tests.secured_broker import SecuredKafkaBroker
 from tests.security.test_secured_kafka import (
     run_cli,
     verify_args,

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from seqkeeper.broker import SecuredKafkaBroker
 from seqkeeper.settings import Settings
+from tests.secured_broker import SecuredKafkaBroker
 from tests.security.conftest import PRINCIPAL_RULES
 from tests.security.test_acls import precreate, run_ordered
 from tests.security.test_secured_kafka import run_cli, worker_error

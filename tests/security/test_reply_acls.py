@@ -14,13 +14,13 @@ from typing import Any
 import orjson
 import pytest
 
-from seqkeeper.broker import SecuredKafkaBroker
 from seqkeeper.demo import publish
 from seqkeeper.permissions import Grant, worker_grants
 from seqkeeper.settings import Settings
 from seqkeeper.topics import create_topics, read_topic
 from seqkeeper.worker import WorkerProcess
 from tests.reply_commands import add_stock as command
+from tests.secured_broker import SecuredKafkaBroker
 from tests.security.test_acls import (  # noqa: F401 - the fixtures
     admin_config,
     as_user,

@@ -18,13 +18,13 @@ from pathlib import Path
 
 import pytest
 
-from seqkeeper.broker import SecuredKafkaBroker
 from seqkeeper.demo import publish
 from seqkeeper.inspect import changelog_topic
 from seqkeeper.security import Secret
 from seqkeeper.settings import Settings
 from seqkeeper.topics import create_topics, read_topic
 from seqkeeper.verification.workload import generate
+from tests.secured_broker import SecuredKafkaBroker
 from tests.security.test_acls import USER, admin_config, user_password
 from tests.security.test_principal_mtls import run_as_printed
 from tests.security.test_secured_kafka import run_cli, verify_args

@@ -9,11 +9,11 @@ import uuid
 
 import pytest
 
-from seqkeeper.broker import SecuredKafkaBroker
 from seqkeeper.demo import publish
 from seqkeeper.security import SecurityFailure, installed, surfaced
 from seqkeeper.settings import Secret
 from seqkeeper.topics import create_topics, read_topic
+from tests.secured_broker import SecuredKafkaBroker
 
 pytestmark = pytest.mark.integration
 

@@ -17,7 +17,6 @@ from typing import Any
 
 import pytest
 
-from seqkeeper.broker import SecuredKafkaBroker, make_tls_files
 from seqkeeper.demo import publish, wait_until_verified
 from seqkeeper.security import installed
 from seqkeeper.settings import Settings
@@ -25,6 +24,7 @@ from seqkeeper.spark_sink.kafka_source import KafkaReader, read_kafka
 from seqkeeper.topics import create_topics
 from seqkeeper.verification.workload import generate
 from seqkeeper.worker import WorkerProcess
+from tests.secured_broker import SecuredKafkaBroker, make_tls_files
 
 pytestmark = pytest.mark.integration
 
