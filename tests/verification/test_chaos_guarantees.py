@@ -3,7 +3,7 @@ at_least_once and, on a broker with transactions, again under exactly_once;
 each outcome says the guarantee its workers ran under; the report's
 exactly_once column; a re-emission fails an exactly_once run; the zombie
 scenario's verdict on the fenced worker (its run on a broker:
-tests/chaos/test_chaos.py)."""
+tests/verification/test_chaos.py)."""
 
 from __future__ import annotations
 
