@@ -13,6 +13,7 @@ every layer (state, topologies, the Spark side, the shell) may read it.
 
 from __future__ import annotations
 
+import enum
 import math
 import os
 from collections.abc import Callable, Iterator, Mapping
@@ -161,6 +162,17 @@ def parse_seconds(name: str, text: str) -> float:
         return seconds(text)
     except ValueError:
         raise ValueError(f"{name} must be a non-negative number of seconds, got {text!r}") from None
+
+
+class Guarantee(enum.StrEnum):
+    """The processing guarantee a worker runs: one choice, made once
+    (``SEQKEEPER_PROCESSING_GUARANTEE``, ``auto`` resolved against the broker
+    at the worker's start); its values are the setting's strings."""
+
+    #: the write-ahead outbox: state, then outputs, then input offsets
+    AT_LEAST_ONCE = "at_least_once"
+    #: Kafka transactions: state, outputs and input offsets together
+    EXACTLY_ONCE = "exactly_once"
 
 
 def choice(*allowed: str) -> Callable[[str], str]:
@@ -478,7 +490,7 @@ class RuntimeSettings:
         "once per later copy that asks); refused on a broker "
         "without transactions. at_least_once: the write-ahead outbox (duplicates after a "
         "crash are byte-identical).",
-        choice("auto", "at_least_once", "exactly_once"),
+        choice("auto", *Guarantee),
     )
     data_dir: Path = var(
         "SEQKEEPER_DATA_DIR",
@@ -702,6 +714,15 @@ class RuntimeSettings:
                 f"switch interval must be a positive number of seconds, got {self.switch_interval!r}"
             )
         return float(self.switch_interval)
+
+    @property
+    def guarantee(self) -> Guarantee:
+        """:attr:`processing_guarantee` as a :class:`Guarantee`:
+        exactly-once only when it says so (``auto``, not yet resolved by
+        the worker's start, runs at-least-once)."""
+        if self.processing_guarantee == Guarantee.EXACTLY_ONCE:
+            return Guarantee.EXACTLY_ONCE
+        return Guarantee.AT_LEAST_ONCE
 
     def fetch_wait_ms(self) -> int:
         """:attr:`fetch_max_wait` in whole milliseconds (as Kafka clients

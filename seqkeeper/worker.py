@@ -176,7 +176,7 @@ def run_worker(settings: Settings) -> None:
             print(f"error: {refused}", file=sys.stderr, flush=True)
             raise SystemExit(NEWER_STATE_EXIT)
         local = LocalState(settings.runtime.data_dir, Path(app.conf.tabledir))
-        app.local_state_check = local.open(lambda line: print(line, flush=True))
+        app.check_first(local.open(lambda line: print(line, flush=True)))
         keep_member_ids(settings, local)
         print(
             f"seqkeeper worker: broker {settings.broker.bootstrap}, data {settings.runtime.data_dir}, "

@@ -70,7 +70,7 @@ def test_fetch_wait_in_milliseconds_default_env_rounding_and_errors(
 
 def test_the_worker_app_fetches_with_the_settings_wait(tmp_path: Path) -> None:
     app = make_app(Settings.of(bootstrap="127.0.0.1:1", data_dir=tmp_path, fetch_max_wait=0.0299))
-    assert app.fetch_max_wait_ms == 30
+    assert app.options.fetch_max_wait_ms == 30
 
 
 # -- each variable declared once ------------------------------------------------

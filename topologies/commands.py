@@ -95,7 +95,7 @@ from seqkeeper.runtime.protocol import (
     Wiring,
     seconds,
 )
-from seqkeeper.settings import VARS, Settings
+from seqkeeper.settings import VARS, Guarantee, Settings
 from seqkeeper.state.base import Out
 from seqkeeper.state.commands import CommandStore
 from seqkeeper.state.timers import Deadlines
@@ -162,7 +162,7 @@ class CommandTopology(OutboxOwner):
         #: exactly_once: a decision's messages commit in one transaction with
         #: the entity that holds them (the runtime's E2-E4), so a copy of a
         #: command dispatches nothing again (:func:`decide`'s ``transactional``)
-        self.transactional = settings.runtime.processing_guarantee == "exactly_once"
+        self.transactional = settings.runtime.guarantee is Guarantee.EXACTLY_ONCE
         self.store = store
         self.registry = registry
         self.retry = RetryPolicy(

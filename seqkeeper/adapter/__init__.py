@@ -9,8 +9,11 @@ it exact, and finds any private member used outside this package).
 
 Each module, its job, and the tests that fail without it:
 
-- :mod:`.app`: the ``faust.App`` seqkeeper runs, with its hooks
+- :mod:`.app`: the ``faust.App`` seqkeeper runs
   (``tests/adapter/test_overrides.py``).
+- :mod:`.lifecycle`: the options the app is built with and the lifecycle
+  the runtime installs in it, read by the overrides below
+  (``test_overrides.py``; ``tests/integration/test_crash.py``).
 - :mod:`.transport`: the consumer and transport composed of the overrides
   (``test_overrides.py``: every override is in the app's consumer).
 - :mod:`.options`: consumer options Faust does not expose: fetch wait,

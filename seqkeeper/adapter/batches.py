@@ -21,6 +21,7 @@ from faust.types import TP
 from faust.types.tuples import ack_lock
 from mode.utils.futures import notify
 
+from seqkeeper.adapter.lifecycle import lifecycle_app
 from seqkeeper.adapter.recovery import BatchRestore
 
 
@@ -53,7 +54,7 @@ class BatchFetchConsumer(faust_aiokafka.Consumer):
         Faust's own pending callbacks; its records were never acked, so the
         new assignment reads them again from the committed offsets.
         """
-        sources: dict[str, Any] = getattr(self.app, "batch_sources", {})
+        sources = lifecycle_app(self.app).batch_sources
         if not sources:
             await super()._drain_messages(fetcher)
             return
@@ -179,7 +180,7 @@ def batch_source(app: Any, topic: Any, maxsize: int = 4) -> Any:
     fetcher beyond that)."""
     channel = app.channel(maxsize=maxsize)
     app.topics.add(topic)  # subscribed by the conductor, as an agent's topic is
-    app.batch_sources[topic.get_topic_name()] = channel
+    lifecycle_app(app).batch_sources[topic.get_topic_name()] = channel
     return channel
 
 

@@ -1,9 +1,9 @@
-"""The commit hook: the app's ``before_commit`` hooks run before every
-offset commit (faust-streaming 0.15.3, ``Consumer._commit_offsets``).
+"""The commit hook: the app's lifecycle's ``before_commit`` runs before
+every offset commit (faust-streaming 0.15.3, ``Consumer._commit_offsets``).
 In exactly-once the runtime's transactions commit the offsets instead, and
 :func:`committed` tells Faust.
 
-The hooks make the state and outputs of everything processed durable, so
+It makes the state and outputs of everything processed durable, so
 the commit itself need not flush the whole producer.
 
 Private members: ``Consumer._commit``, ``._committed_offset`` (Faust).
@@ -17,27 +17,31 @@ from typing import Any
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TP
 
+from seqkeeper.adapter.lifecycle import Idle, lifecycle_app
+from seqkeeper.settings import Guarantee
+
 
 class CommitHookConsumer(faust_aiokafka.Consumer):
-    """Faust's consumer, running ``App.before_commit`` before each commit."""
+    """Faust's consumer, running the app's lifecycle's ``before_commit``
+    before each commit."""
 
     async def _commit_offsets(
         self, offsets: Mapping[TP, int], start_new_transaction: bool = True
     ) -> bool:
-        hooks = getattr(self.app, "before_commit", ())
-        for hook in hooks:
-            await hook()
-        if getattr(self.app, "exactly_once", False):
-            # The hooks committed the offsets in the transactions of the
+        app = lifecycle_app(self.app)
+        lifecycle = app.lifecycle
+        await lifecycle.before_commit()
+        if app.options.guarantee is Guarantee.EXACTLY_ONCE:
+            # The lifecycle committed the offsets in the transactions of the
             # writes below them (:func:`committed`). A consumer commit would
             # still be accepted by the broker, fenced by nothing: never.
             return False
-        if not hooks or self.in_transaction:
+        if isinstance(lifecycle, Idle) or self.in_transaction:
             return await super()._commit_offsets(offsets, start_new_transaction)
         # Faust's version first flushes the whole producer, which under
         # continuous load waits until its buffer happens to be empty: commits
         # fall far behind their interval, and a crash replays far more than
-        # needed. The hooks already waited for exactly the writes of
+        # needed. The lifecycle already waited for exactly the writes of
         # everything below ``offsets``; the rest is Faust's own.
         committable = self.assigned(offsets)
         if not committable:

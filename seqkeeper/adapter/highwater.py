@@ -12,7 +12,7 @@ answers with the fetch high watermark, which is exact on the embedded broker
 and equal to ``end_offsets()`` on Apache Kafka: correct on both, and no
 change on Kafka.
 
-seqkeeper's exactly-once (the app's ``exactly_once``) writes
+seqkeeper's exactly-once (the app's options' ``guarantee``) writes
 every changelog record in a transaction, so a changelog partition ends with
 a commit or abort marker, and aborted records may precede it. Neither is
 ever delivered, so recovery, which waits for the last record applied to
@@ -38,7 +38,9 @@ from aiokafka import TopicPartition
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TP
 
+from seqkeeper.adapter.lifecycle import lifecycle_app
 from seqkeeper.adapter.offsets import committed_ends, end_offsets
+from seqkeeper.settings import Guarantee
 
 
 class HighwaterThread(faust_aiokafka.AIOKafkaConsumerThread):
@@ -49,16 +51,16 @@ class HighwaterThread(faust_aiokafka.AIOKafkaConsumerThread):
         if self.consumer.in_transaction:
             return await super()._highwaters(list(partitions))
         conf = self.app.conf
+        options = lifecycle_app(self.app).options
         transport = cast(faust_aiokafka.Transport, self.transport)
-        # Exactly-once (seqkeeper's App, seqkeeper.adapter.app): the
-        # changelog ends with a marker.
-        exactly_once = getattr(self.app, "exactly_once", False)
+        # Exactly-once: the changelog ends with a marker.
+        exactly_once = options.guarantee is Guarantee.EXACTLY_ONCE
         ends = await (committed_ends if exactly_once else end_offsets)(
             faust_aiokafka.server_list(transport.url, transport.default_port),
             [TopicPartition(tp.topic, tp.partition) for tp in partitions],
             timeout=conf.broker_request_timeout,
             # how the app's own clients connect (seqkeeper.runtime.app.make_app)
-            security=getattr(self.app, "client_security", None),
+            security=options.client_security,
             client_id=f"{conf.broker_client_id}-highwater",
         )
         return {TP(tp.topic, tp.partition): end for tp, end in ends.items()}

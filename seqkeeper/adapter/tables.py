@@ -2,10 +2,11 @@
 
 :class:`TableManager` is Faust's (faust-streaming 0.15.3,
 ``faust.tables.manager.TableManager``) with :class:`SeekFirstRecovery`, no
-fixed one-second wait at start, and the app's ``before_tables_close`` and
-``before_rebalance`` hooks. :func:`raw_table` makes a changelogged table of
-raw keys and values (the codecs are seqkeeper's) and counts what a recovery
-replays, per changelog partition and role (:class:`ReplayCounter`).
+fixed one-second wait at start, and the app's lifecycle at a rebalance and
+a stop (:mod:`seqkeeper.adapter.lifecycle`). :func:`raw_table` makes a
+changelogged table of raw keys and values (the codecs are seqkeeper's),
+counts what a recovery replays, per changelog partition and role
+(:class:`ReplayCounter`), and tells the app's lifecycle it is restored.
 
 Private members: ``TableManager._recovery``, ``._update_channels``.
 """
@@ -23,6 +24,7 @@ from faust.tables.manager import TableManager as FaustTableManager
 from faust.tables.recovery import Recovery
 from faust.types import TP
 
+from seqkeeper.adapter.lifecycle import lifecycle_app
 from seqkeeper.adapter.recovery import SeekFirstRecovery
 
 log = logging.getLogger("seqkeeper.recovery")
@@ -32,7 +34,8 @@ class TableManager(FaustTableManager):
     """Faust's table manager with :class:`SeekFirstRecovery`, starting
     without Faust's fixed one-second wait for tables defined late (ours all
     exist before the app starts; the wait counts against every restart), and
-    running the app's ``before_tables_close`` hooks when it stops."""
+    running the app's lifecycle (``before_close`` when it stops; at a
+    rebalance ``rebalancing``, ``recovering``, ``tables_opened``)."""
 
     async def on_start(self) -> None:
         await asyncio.sleep(0)
@@ -42,11 +45,11 @@ class TableManager(FaustTableManager):
 
     async def on_stop(self) -> None:
         # Before the tables close: the app's last words to its local state.
-        for hook in cast(Any, self.app).before_tables_close:
-            try:
-                await hook()
-            except Exception:  # a failed hook costs a slower start, never the stop
-                log.exception("before_tables_close hook %r failed", hook)
+        lifecycle = lifecycle_app(self.app).lifecycle
+        try:
+            await lifecycle.before_close()
+        except Exception:  # a failure costs a slower start, never the stop
+            log.exception("before_close of %r failed", lifecycle)
         await super().on_stop()
 
     async def on_rebalance(
@@ -56,18 +59,17 @@ class TableManager(FaustTableManager):
         newly_assigned: set[TP],
         generation_id: int = 0,
     ) -> None:
+        app = lifecycle_app(self.app)
         # No table opens its local RocksDB before that was checked
-        # (App.local_state_check runs while the worker starts and joins).
-        check = cast(Any, self.app).local_state_check
+        # (the app's local_state_check runs while the worker starts and joins).
+        check = app.local_state_check
         if check is not None:
             await asyncio.wrap_future(check)
-        for hook in cast(Any, self.app).before_rebalance:
-            hook()  # before Faust closes a revoked DB or recovers into one
-        for after in cast(Any, self.app).before_recovery:
-            await after(assigned)
+        lifecycle = app.lifecycle
+        lifecycle.rebalancing()  # before Faust closes a revoked DB or recovers into one
+        await lifecycle.recovering(assigned)
         await super().on_rebalance(assigned, revoked, newly_assigned, generation_id)
-        for opened in cast(Any, self.app).after_tables_open:
-            opened()
+        lifecycle.tables_opened()
 
     @property
     def recovery(self) -> Recovery:
@@ -219,8 +221,10 @@ class ReplayCounter:
 def raw_table(app: faust.App, name: str, partitions: int, **kwargs: Any) -> Any:
     """A changelogged table of raw bytes keys and values (codecs are ours),
     counting what its recoveries replay (:class:`ReplayCounter`, into the
-    app's ``changelog_replayed``)."""
-    counter = ReplayCounter(name, getattr(app, "changelog_replayed", None))
+    app's ``changelog_replayed``); each completed recovery is the app's
+    lifecycle's ``restored``."""
+    owner = lifecycle_app(app)
+    counter = ReplayCounter(name, owner.changelog_replayed)
     table: Any = app.Table(
         name,
         key_type=bytes,
@@ -231,6 +235,11 @@ def raw_table(app: faust.App, name: str, partitions: int, **kwargs: Any) -> Any:
         **kwargs,
     )
     counter.table = table
+
+    @table.on_recover  # type: ignore[untyped-decorator]
+    async def restored() -> None:
+        await owner.lifecycle.restored()  # (the one installed by then)
+
     table.replay_counter = counter  # (batch restores count through it: adapter.recovery)
     # Faust derives a table's serializers from its types ("json" for bytes);
     # its store and changelog topic are created lazily, after this.

@@ -14,7 +14,7 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Set
 from typing import Any
 
 import faust
@@ -24,6 +24,7 @@ from seqkeeper.adapter.app import App
 from seqkeeper.adapter.batches import ack_batch, batch_source, current, read_offset
 from seqkeeper.adapter.commit import committed
 from seqkeeper.adapter.diagnostics import install_diagnostics
+from seqkeeper.adapter.lifecycle import WorkerOptions
 from seqkeeper.adapter.producer import PRODUCER_BATCH_BYTES
 from seqkeeper.adapter.recovery import watch_restores
 from seqkeeper.adapter.routing import own_url, owners
@@ -42,7 +43,7 @@ from seqkeeper.runtime.protocol import Query, Topology, Wiring
 from seqkeeper.runtime.queries import Access, Placement, admit, answer
 from seqkeeper.runtime.task import Task, TaskState
 from seqkeeper.security import ClientSecurity
-from seqkeeper.settings import Settings
+from seqkeeper.settings import Guarantee, Settings
 from seqkeeper.state.formats import UnreadableState, open_partitions
 from seqkeeper.state.rocksdb import FaustRocksStore
 
@@ -77,8 +78,15 @@ def make_app(settings: Settings, app_id: str | None = None) -> App:
     if not settings.broker.bootstrap:
         raise ValueError("no broker: start one first or give its address")
     security = ClientSecurity.of(settings.security)
+    options = WorkerOptions(
+        guarantee=settings.runtime.guarantee,
+        group_instance_id=settings.runtime.instance_id or None,
+        fetch_max_wait_ms=settings.runtime.fetch_wait_ms(),
+        client_security=security,
+    )
     app = App(
         app_id or settings.group_id,
+        options=options,
         broker=[f"kafka://{server.strip()}" for server in settings.broker.bootstrap.split(",")],
         store=STORE_URL,
         datadir=str(settings.runtime.data_dir),
@@ -117,10 +125,7 @@ def make_app(settings: Settings, app_id: str | None = None) -> App:
         # token. The settings above are the only source.
         env={},
     )
-    app.client_security = security
     quiet_bad_requests()  # (whoever reaches the web port cannot fill the log)
-    app.fetch_max_wait_ms = settings.runtime.fetch_wait_ms()
-    app.group_instance_id = settings.runtime.instance_id or None
     return app
 
 
@@ -236,29 +241,81 @@ def stop_at_once(error: BaseException) -> None:
     os._exit(FENCED_EXIT)
 
 
-def exactly_once(app: Any, settings: Settings, input_topic: str) -> TransactionalProducers:
-    """Exactly-once (:mod:`seqkeeper.adapter.transactions`): the consumer
-    reads committed records only, and each cycle commits a transaction per
-    input partition through the producers made here."""
-    app.exactly_once = True
+def exactly_once(app: App, settings: Settings, input_topic: str) -> TransactionalProducers:
+    """Exactly-once (:mod:`seqkeeper.adapter.transactions`; the app was
+    built for it: its consumer reads committed records only): each cycle
+    commits a transaction per input partition through the producers made
+    here."""
     # (ids under the group's prefix: the one the start-up probe used, and
     # the one an ACL grants)
     return TransactionalProducers(
-        settings.broker.bootstrap, app.conf.id, input_topic, app.conf.id, app.client_security
+        settings.broker.bootstrap,
+        app.conf.id,
+        input_topic,
+        app.conf.id,
+        app.options.client_security,
     )
 
 
-def install_transactions(
-    app: Any, task: Task, transactions: TransactionalProducers, input_topic: str
-) -> None:
-    """The assignment's order under exactly-once: the producers of the new
-    assignment start (fencing the previous owners, completing or aborting
-    their transactions) before any changelog or committed offset is read."""
+class WorkerLifecycle:
+    """The worker's part at the app's turning points
+    (:class:`seqkeeper.adapter.lifecycle.Lifecycle`): the commit protocol's
+    step 6 waits for steps 2-5; a rebalance and a clean stop reach the task
+    first; under exactly-once the assignment's producers start before any
+    changelog or committed offset is read."""
 
-    async def own(assigned: set[Any]) -> None:
-        await transactions.assign({tp.partition for tp in assigned if tp.topic == input_topic})
+    def __init__(
+        self,
+        app: App,
+        task: Task,
+        store: FaustRocksStore,
+        table: Any,
+        input_topic: str,
+        transactions: TransactionalProducers | None,
+    ) -> None:
+        self.app = app
+        self.task = task
+        self.store = store
+        self.table = table
+        self.input_topic = input_topic
+        self.transactions = transactions
 
-    app.before_recovery.append(own)
+    def rebalancing(self) -> None:
+        self.task.on_rebalance()
+
+    async def recovering(self, assigned: Set[Any]) -> None:
+        # The assignment's order under exactly-once: the producers of the
+        # new assignment start (fencing the previous owners, completing or
+        # aborting their transactions) before anything is read.
+        if self.transactions is not None:
+            topic = self.input_topic
+            await self.transactions.assign({tp.partition for tp in assigned if tp.topic == topic})
+
+    def tables_opened(self) -> None:
+        self.store.adopt()
+
+    async def restored(self) -> None:
+        task = self.task
+        partitions = {tp.partition for tp in owned_partitions(self.app, self.input_topic)}
+        if task.state not in (TaskState.SUSPENDED, TaskState.CLOSED):
+            # before the topology reads the state: older formats migrated,
+            # a newer one refused (its marker came with a restore, or was
+            # in the local state: both checked before, this is the last word)
+            try:
+                open_partitions(self.store, partitions, self.table.name)
+            except UnreadableState as error:
+                refuse_newer(error)
+        task.on_restored(partitions)
+
+    async def before_commit(self) -> None:
+        await self.task.cycle()
+
+    async def before_close(self) -> None:
+        try:
+            await self.task.suspend(rebalancing=bool(self.app.rebalancing))
+        finally:
+            if self.transactions is not None:
+                await self.transactions.close()
 
 
 def build_app(
@@ -280,7 +337,7 @@ def build_app(
         options=settings.runtime.rocksdb_options(),
         extra_topic_configs=settings.ordered.changelog_topic_configs(),
     )
-    atomic = settings.runtime.processing_guarantee == "exactly_once"
+    atomic = app.options.guarantee is Guarantee.EXACTLY_ONCE
     store = FaustRocksStore(
         RocksTable(table), app.batch_producer, deferred=wiring.deferred, atomic=atomic
     )
@@ -300,11 +357,7 @@ def build_app(
         destinations=app.destinations,
     )
 
-    # the commit protocol's hooks (seqkeeper.adapter.app): step 6 waits for
-    # steps 2-5; a rebalance and a clean stop reach the task first
-    app.before_commit.append(task.cycle)
-    app.before_rebalance.append(task.on_rebalance)
-    app.after_tables_open.append(store.adopt)
+    app.install(WorkerLifecycle(app, task, store, table, wiring.input_topic, transactions))
 
     @app.on_partitions_revoked.connect  # type: ignore[untyped-decorator]
     async def cycle_before_revoke(sender: Any, revoked: Any, **kwargs: Any) -> None:
@@ -316,17 +369,6 @@ def build_app(
             task.on_rebalance()  # (what is awaited now writes nothing after)
             await task.cycle()
 
-    if transactions is not None:
-        install_transactions(app, task, transactions, wiring.input_topic)
-
-    async def suspend() -> None:
-        try:
-            await task.suspend(rebalancing=bool(app.rebalancing))
-        finally:
-            if transactions is not None:
-                await transactions.close()
-
-    app.before_tables_close.append(suspend)
     app.task(task.run)
     install_diagnostics(app, task.probe, lambda: wiring.probe(topology))
     progress = RestoreProgress(say=logging.getLogger("seqkeeper.recovery").info)
@@ -340,19 +382,6 @@ def build_app(
 
     def owned() -> list[Any]:
         return owned_partitions(app, wiring.input_topic)
-
-    @table.on_recover  # type: ignore[untyped-decorator]
-    async def restored() -> None:
-        partitions = {tp.partition for tp in owned()}
-        if task.state not in (TaskState.SUSPENDED, TaskState.CLOSED):
-            # before the topology reads the state: older formats migrated,
-            # a newer one refused (its marker came with a restore, or was
-            # in the local state: both checked before, this is the last word)
-            try:
-                open_partitions(store, partitions, table.name)
-            except UnreadableState as error:
-                refuse_newer(error)
-        task.on_restored(partitions)
 
     limit = settings.runtime.outbox_max
 

@@ -23,7 +23,7 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.errors import UnknownError, UnsupportedVersionError
 
 from seqkeeper.security import kafka_options
-from seqkeeper.settings import VARS, Settings
+from seqkeeper.settings import VARS, Guarantee, Settings
 
 #: The answers that mean "this broker has no transactions".
 NOT_IMPLEMENTED = (UnknownError, UnsupportedVersionError)
@@ -124,8 +124,8 @@ async def resolve_guarantee(
     *,
     timeout: float | None = None,
     principal: str = "",
-) -> tuple[str, str]:
-    """The guarantee to run (``exactly_once`` or ``at_least_once``) and why,
+) -> tuple[Guarantee, str]:
+    """The guarantee to run and why,
     for the setting's value ``requested``. Unless at_least_once is asked
     for, the broker is probed with the transactional id ``{app_id}-probe``
     (its own: it never fences a running owner; the same ACL prefix as the
@@ -133,8 +133,8 @@ async def resolve_guarantee(
     broker without transactions, when the broker denies the id (whatever
     was asked: a denial is a misconfiguration, not a broker without
     transactions), or when it gives no answer within ``timeout`` seconds."""
-    if requested == "at_least_once":
-        return "at_least_once", "requested"
+    if requested == Guarantee.AT_LEAST_ONCE:
+        return Guarantee.AT_LEAST_ONCE, "requested"
     try:
         answer = await asyncio.wait_for(transactions_answer(bootstrap, f"{app_id}-probe"), timeout)
     except TimeoutError:
@@ -147,10 +147,10 @@ async def resolve_guarantee(
         raise
     if requested == "auto":
         if answer is None:
-            return "exactly_once", "auto: the broker supports transactions"
-        return "at_least_once", "auto: the broker has no transactions"
+            return Guarantee.EXACTLY_ONCE, "auto: the broker supports transactions"
+        return Guarantee.AT_LEAST_ONCE, "auto: the broker has no transactions"
     if answer is None:
-        return "exactly_once", "requested"
+        return Guarantee.EXACTLY_ONCE, "requested"
     raise no_transactions(requested, bootstrap, answer, embedded)
 
 
@@ -184,4 +184,4 @@ def choose_guarantee(settings: Settings, embedded: bool, principal: str = "") ->
         print(f"stopped while asking the broker at {bootstrap} for transactions", flush=True)
         raise SystemExit(0) from None
     print(f"processing guarantee: {mode} ({why})", flush=True)
-    return settings.with_overrides(processing_guarantee=mode)
+    return settings.with_overrides(processing_guarantee=mode.value)

@@ -8,7 +8,11 @@ be committed only after that. It moves through explicit states
 events. It makes no Faust call, so the tests drive it with a hand-held
 broker (``tests/runtime/test_task.py``).
 
-The commit protocol, as numbered steps. Each step says what a crash
+The commit protocol, as numbered steps: steps 1-2 under either guarantee,
+steps 3-5 the write-ahead outbox's (at-least-once, :class:`WriteAhead`),
+E2-E4 Kafka transactions' (exactly-once, :class:`Transactional`); the task
+is given one of the two when it is built (:class:`CommitStrategy`), and
+:meth:`Task.take` calls it. Each step says what a crash
 (``kill -9``) between it and the next leaves behind; in every case the
 state on the broker is a prefix of the writes made, and no output is on
 the broker before the state that produced it.
@@ -19,8 +23,10 @@ the broker before the state that produced it.
    synchronous block (a user's async function is awaited before the block
    that writes its result). *Crash*: nothing of it left the
    process; the input is read again from the committed offset.
-2. **Take** (:meth:`Task.take`, no await inside): the outbox and the
-   changelog writes made so far, together. *Crash*: as after 1.
+2. **Take** (:meth:`Task.take`, then the guarantee's
+   :meth:`~CommitStrategy.commit`, no await before it took the writes): the
+   outbox and the changelog writes made so far, together. *Crash*: as
+   after 1.
 3. **Flush** the taken changelog writes and wait for their acknowledgements;
    only then do they reach the local RocksDB, with the changelog offsets
    they bring it up to (:meth:`FaustRocksStore.committed
@@ -38,13 +44,30 @@ the broker before the state that produced it.
    (state writes that go out with the next take). *Crash*: the
    confirmation may be lost; as after 4.
 6. **Commit** the input offsets (Faust, after :meth:`Task.cycle` ran steps
-   2-5 for everything processed so far: the ``before_commit`` hook).
+   2-5 for everything processed so far: the app lifecycle's
+   ``before_commit``, :mod:`seqkeeper.adapter.lifecycle`).
    *Crash*: none: everything below the committed offset has durable state
    and outputs.
 
 Steps 2-3 of the next batch may run while step 4 of one is under way (two
 stages, each in take order), so a batch's state writes travel in the same
 produce requests as the outputs before them.
+
+Exactly-once replaces steps 3-6:
+
+- E2. **Take**: as step 2, and the batch is confirmed at once, the
+  confirmations written out (``Topology.settle``) and taken with the
+  changelog writes, with each input partition's exact position
+  (``Topology.positions``). *Crash*: as after 1.
+- E3. **Transact**, after the transactions of the take before: per input
+  partition with work, one transaction of its changelog writes, its
+  outputs and its position. *Crash*: nothing of an uncommitted transaction
+  is visible to ``read_committed`` readers; the new owner reads the input
+  again from the position committed with the state it restores.
+- E4. **After commit**: only now does the local state hold the writes, and
+  Faust learn the committed positions (the consumer never commits).
+  *Crash*: the local state lacks committed writes; the changelog's tail is
+  replayed.
 
 Around it, the local state (:class:`LocalState`): a worker that did not
 stop cleanly keeps its local RocksDB (which never holds a write before the
@@ -163,15 +186,17 @@ class Task:
         self.producer = producer
         self.topic_of = topic_of
         self.linger = linger
-        #: exactly-once: each cycle commits a transaction per input partition
-        self.transactions = transactions
-        #: exactly-once: called with the input positions each cycle committed
-        self.on_committed = on_committed
-        #: exactly-once: the input position last committed per partition
-        self.committed: dict[int, int] = {}
-        #: exactly-once: called when a transaction was fenced or aborted,
-        #: after it was logged (the worker stops there, without a clean stop)
-        self.on_fatal = on_fatal
+        #: the guarantee, chosen once: with ``transactions`` (exactly-once)
+        #: each cycle commits a transaction per input partition, calling
+        #: ``on_committed`` with the input positions it committed and
+        #: ``on_fatal`` when one was fenced or aborted (after it was logged;
+        #: the worker stops there, without a clean stop); without, the
+        #: write-ahead outbox
+        self.guarantee: CommitStrategy = (
+            WriteAhead(self)
+            if transactions is None
+            else Transactional(self, transactions, on_committed, on_fatal)
+        )
         #: asks whether the topics of a batch's addressed records take writes
         self.destinations = destinations
         self.state = TaskState.CREATED
@@ -205,7 +230,7 @@ class Task:
         """The state of ``partitions`` (all this worker owns) is restored."""
         if self.state in (TaskState.SUSPENDED, TaskState.CLOSED):
             return
-        self.committed.clear()  # (positions start afresh with the assignment)
+        self.guarantee.assigned()
         self.topology.on_assigned(partitions)
         self._to(TaskState.RUNNING)
 
@@ -218,7 +243,9 @@ class Task:
 
     # -- the commit protocol -----------------------------------------------------
     async def take(self) -> asyncio.Future[None]:
-        """Steps 2 and 3 (take, flush); returns step 4-5 under way."""
+        """Step 2 (take), and what the guarantee does next before the
+        following take may start (write-ahead: step 3, flush); returns the
+        rest under way (write-ahead: steps 4-5; transactional: E3-E4)."""
         async with self.taking:
             stages = self.stages
             # At most one batch is being produced while this one is taken
@@ -229,93 +256,23 @@ class Task:
                 await stages.pop(0)
             if stages and stages[-1].done():
                 stages[-1].result()
-            # 2. take: the outbox and the writes behind it, no await between
-            topology = self.topology
-            batch = topology.take()
-            if self.transactions is not None:
-                # E2. exactly-once: confirmed as taken (the confirmations
-                # commit in the outputs' transaction, or nothing does) at
-                # exactly the input positions of what was processed
-                topology.confirm(batch)
-                topology.settle()
-                positions = dict(topology.positions)
-            writes = self.store.take_writes()
-            # The outbox is empty again: an agent held back by relieve() may
-            # go on (what it adds goes to the next take).
-            for waiter in self.waiters:
-                if not waiter.done():
-                    waiter.set_result(None)
-            self.waiters.clear()
+            # 2. take: the outbox, then (in the guarantee, no await between)
+            # the writes behind it
+            batch = self.topology.take()
             before = stages[-1] if stages else None
-            work: Awaitable[None]
-            if self.transactions is not None:
-                work = self._transact(batch, writes, positions, before)
-            else:
-                # 3. flush: the state is durable before any of its outputs
-                await self.store.flush(writes)
-                work = self._produce(batch, before)
+            work = await self.guarantee.commit(batch, before, self._release)
             stage = asyncio.ensure_future(work)
             stage.add_done_callback(self._wake_on_failure)
             stages.append(stage)
             return stage
 
-    async def _produce(self, batch: Batch, before: asyncio.Future[None] | None) -> None:
-        """Steps 4 and 5 (produce, confirm), in the order of the takes."""
-        if before is not None:
-            await before  # (and failing with it)
-        if not batch:
-            return
-        # 4. produce
-        await self._deliverable(batch)
-        grouped = await self.producer.group(batch.records, self.topic_of)
-        await self.producer.send(grouped)
-        # 5. confirm
-        self.topology.confirm(batch)
-
-    async def _transact(
-        self, batch: Batch, writes: Any, positions: dict[int, int], before: Any
-    ) -> None:
-        """E3-E4 (exactly-once), in the order of the takes: per input
-        partition with work, one transaction of its changelog writes, its
-        outputs and its input position; then the local state may say the
-        changelog holds the writes."""
-        if before is not None:
-            await before  # (and failing with it)
-        transactions = self.transactions
-        assert transactions is not None
-        await self._deliverable(batch)  # (before any transaction begins)
-        outputs = batch.by_partition()
-        moved = {p: at for p, at in positions.items() if self.committed.get(p) != at}
-        partitions = sorted(set(outputs) | set(writes) | set(moved))
-        if not partitions:
-            self.store.committed(writes, {})
-            return
-        changelog = self.store.changelog_topic
-
-        async def commit(partition: int) -> dict[tuple[str, int], int]:
-            records: dict[tuple[str, int], Any] = {}
-            if partition in outputs:
-                records = await self.producer.group(outputs[partition], self.topic_of)
-            written = writes.get(partition)
-            if written is not None:
-                records[(changelog, partition)] = written.records()
-            return await transactions.commit(partition, records, moved.get(partition))
-
-        try:
-            done = await asyncio.gather(*(commit(p) for p in partitions))
-        except Fenced as error:
-            log.error("fenced: %s; its uncommitted writes are discarded, stopping", error)
-            self.on_fatal(error)
-            raise
-        except TransactionFailed as error:
-            log.error("transaction aborted: %s; stopping", error)
-            self.on_fatal(error)
-            raise
-        # E4. only now may the local state hold the writes
-        self.store.committed(writes, {tp: offset for last in done for tp, offset in last.items()})
-        self.committed.update(moved)
-        if moved:
-            self.on_committed(moved)
+    def _release(self) -> None:
+        """The outbox is empty again: an agent held back by relieve() may go
+        on (what it adds goes to the next take)."""
+        for waiter in self.waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+        self.waiters.clear()
 
     async def _deliverable(self, batch: Batch) -> None:
         """Before a batch is produced: each record under a name input chose
@@ -404,10 +361,7 @@ class Task:
         if not rebalancing and self.state is TaskState.RUNNING:
             await self.cycle()  # produce and confirm what waits
             self.topology.on_stop()  # its last writes (the confirmations)
-            if self.transactions is not None:
-                await self.cycle()  # (in a transaction, as every changelog write)
-            else:
-                await self.store.flush(self.store.take_writes())
+            await self.guarantee.last_writes()
             self.store.sync()
             self.topology.describe()
         self._to(TaskState.SUSPENDED)
@@ -423,6 +377,157 @@ class Task:
             "outbox batches producing": sum(not stage.done() for stage in self.stages),
             "agents waiting for the outbox": len(self.waiters),
         }
+
+
+class CommitStrategy(Protocol):
+    """What a take does after step 2 under the worker's guarantee: the
+    write-ahead outbox (:class:`WriteAhead`) or Kafka transactions
+    (:class:`Transactional`), chosen once, when the task is built."""
+
+    async def commit(
+        self, batch: Batch, before: asyncio.Future[None] | None, release: Callable[[], None]
+    ) -> Awaitable[None]:
+        """Take the state writes behind ``batch`` (no await before: they are
+        the outbox's), call ``release`` once they are taken, and return
+        what must follow in the order of the takes, after ``before``."""
+        ...
+
+    async def last_writes(self) -> None:
+        """A clean stop: make the topology's last writes durable."""
+        ...
+
+    def assigned(self) -> None:
+        """A new assignment's state is restored."""
+        ...
+
+
+class WriteAhead:
+    """At-least-once: each batch's state is durable before its outputs are
+    produced, and its outputs before they are confirmed (steps 3-5)."""
+
+    __slots__ = ("task",)
+
+    def __init__(self, task: Task) -> None:
+        self.task = task
+
+    async def commit(
+        self, batch: Batch, before: asyncio.Future[None] | None, release: Callable[[], None]
+    ) -> Awaitable[None]:
+        store = self.task.store
+        writes = store.take_writes()
+        release()
+        # 3. flush: the state is durable before any of its outputs
+        await store.flush(writes)
+        return self._produce(batch, before)
+
+    async def _produce(self, batch: Batch, before: asyncio.Future[None] | None) -> None:
+        """Steps 4 and 5 (produce, confirm), in the order of the takes."""
+        if before is not None:
+            await before  # (and failing with it)
+        if not batch:
+            return
+        task = self.task
+        # 4. produce
+        await task._deliverable(batch)
+        grouped = await task.producer.group(batch.records, task.topic_of)
+        await task.producer.send(grouped)
+        # 5. confirm
+        task.topology.confirm(batch)
+
+    async def last_writes(self) -> None:
+        store = self.task.store
+        await store.flush(store.take_writes())
+
+    def assigned(self) -> None:
+        return None
+
+
+class Transactional:
+    """Exactly-once: each batch is confirmed as it is taken (E2), then one
+    transaction per input partition with work commits its changelog writes,
+    its outputs and its input position together (E3), and only then does
+    the local state hold the writes (E4)."""
+
+    __slots__ = ("task", "transactions", "on_committed", "on_fatal", "committed")
+
+    def __init__(
+        self,
+        task: Task,
+        transactions: Transactions,
+        on_committed: Callable[[dict[int, int]], None],
+        on_fatal: Callable[[BaseException], None],
+    ) -> None:
+        self.task = task
+        self.transactions = transactions
+        self.on_committed = on_committed
+        self.on_fatal = on_fatal
+        #: the input position last committed per partition
+        self.committed: dict[int, int] = {}
+
+    async def commit(
+        self, batch: Batch, before: asyncio.Future[None] | None, release: Callable[[], None]
+    ) -> Awaitable[None]:
+        topology = self.task.topology
+        # E2. confirmed as taken (the confirmations commit in the outputs'
+        # transaction, or nothing does) at exactly the input positions of
+        # what was processed
+        topology.confirm(batch)
+        topology.settle()
+        positions = dict(topology.positions)
+        writes = self.task.store.take_writes()
+        release()
+        return self._transact(batch, writes, positions, before)
+
+    async def _transact(
+        self, batch: Batch, writes: Any, positions: dict[int, int], before: Any
+    ) -> None:
+        """E3-E4, in the order of the takes: per input partition with work,
+        one transaction of its changelog writes, its outputs and its input
+        position; then the local state may say the changelog holds the
+        writes."""
+        if before is not None:
+            await before  # (and failing with it)
+        task = self.task
+        transactions = self.transactions
+        await task._deliverable(batch)  # (before any transaction begins)
+        outputs = batch.by_partition()
+        moved = {p: at for p, at in positions.items() if self.committed.get(p) != at}
+        partitions = sorted(set(outputs) | set(writes) | set(moved))
+        if not partitions:
+            task.store.committed(writes, {})
+            return
+        changelog = task.store.changelog_topic
+
+        async def commit(partition: int) -> dict[tuple[str, int], int]:
+            records: dict[tuple[str, int], Any] = {}
+            if partition in outputs:
+                records = await task.producer.group(outputs[partition], task.topic_of)
+            written = writes.get(partition)
+            if written is not None:
+                records[(changelog, partition)] = written.records()
+            return await transactions.commit(partition, records, moved.get(partition))
+
+        try:
+            done = await asyncio.gather(*(commit(p) for p in partitions))
+        except Fenced as error:
+            log.error("fenced: %s; its uncommitted writes are discarded, stopping", error)
+            self.on_fatal(error)
+            raise
+        except TransactionFailed as error:
+            log.error("transaction aborted: %s; stopping", error)
+            self.on_fatal(error)
+            raise
+        # E4. only now may the local state hold the writes
+        task.store.committed(writes, {tp: offset for last in done for tp, offset in last.items()})
+        self.committed.update(moved)
+        if moved:
+            self.on_committed(moved)
+
+    async def last_writes(self) -> None:
+        await self.task.cycle()  # (in a transaction, as every changelog write)
+
+    def assigned(self) -> None:
+        self.committed.clear()  # (positions start afresh with the assignment)
 
 
 #: In the data directory: exists while a worker runs on it.

@@ -69,7 +69,7 @@ from seqkeeper.broker import LocalBroker
 from seqkeeper.demo import message_shape, no_reemissions, publish, verify_topics
 from seqkeeper.processors.dead_letter import REASON
 from seqkeeper.security import kafka_options
-from seqkeeper.settings import EXAMPLE_HANDLERS, Settings
+from seqkeeper.settings import EXAMPLE_HANDLERS, Guarantee, Settings
 from seqkeeper.topics import Record, TopicCache, create_topics, end_offsets_of, read_topic
 from seqkeeper.verification.corpus import DROPPED, EMITTED, Case, command_cases, ordered_cases
 from seqkeeper.verification.poll import poll, records_in
@@ -130,7 +130,7 @@ BOTH_GUARANTEES = ("kill", "kill-static", "freeze", "failover", "commands")
 #: the report's exactly_once column (the others run once, under the
 #: configured guarantee, verified as under at_least_once)
 VERIFIED_EXACTLY_ONCE = (*BOTH_GUARANTEES, "zombie")
-AT_LEAST_ONCE, EXACTLY_ONCE = "at_least_once", "exactly_once"
+AT_LEAST_ONCE, EXACTLY_ONCE = Guarantee.AT_LEAST_ONCE.value, Guarantee.EXACTLY_ONCE.value
 #: the exactly_once column on a broker without transactions
 NO_TRANSACTIONS = "n/a (no transactions)"
 #: each scenario's row title (the scenario methods' ``Outcome`` titles; a
@@ -1047,7 +1047,7 @@ def _cells(out: Outcome) -> list[str]:
 
 #: the columns after :data:`ROW` once runs have processing guarantees: the
 #: guarantee of the row's run, and the scenario's run under exactly_once
-GUARANTEE_ROW = ("guarantee", "exactly_once")
+GUARANTEE_ROW = ("guarantee", EXACTLY_ONCE)
 
 
 def by_scenario(outcomes: list[Outcome]) -> dict[str, list[Outcome]]:
@@ -1089,7 +1089,7 @@ def table(outcomes: list[Outcome], transactions: bool | None = None) -> Table:
         t.add_column(
             name,
             justify="left" if name in ("scenario", "result", *GUARANTEE_ROW) else "right",
-            no_wrap=name != "exactly_once",
+            no_wrap=name != EXACTLY_ONCE,
         )
     for outs in by_scenario(outcomes).values():
         main = main_outcome(outs)

@@ -24,7 +24,7 @@ import orjson
 from seqkeeper.processors.command import Command, DomainError, parse_command, reply_id, returned
 from seqkeeper.processors.envelope import InvalidMessage
 from seqkeeper.processors.inventory import registry
-from seqkeeper.settings import Settings
+from seqkeeper.settings import Guarantee, Settings
 from seqkeeper.topics import Record, TopicCache
 from seqkeeper.verification.poll import poll
 from seqkeeper.verification.verify import Check, Checked
@@ -102,7 +102,7 @@ class CommandReport(Checked):
 def exactly_once(settings: Settings) -> bool:
     """Whether ``settings`` run the worker under exactly_once (``auto`` is
     not known to: resolve it first, as the worker's start does)."""
-    return settings.runtime.processing_guarantee == "exactly_once"
+    return settings.runtime.guarantee is Guarantee.EXACTLY_ONCE
 
 
 async def verify_command_topics(

@@ -1,6 +1,6 @@
 """adapter.highwater picks the partition ends Faust's recovery gets: exact
 ends, or committed ends when the app runs exactly-once (its
-``exactly_once``). The functions themselves need a broker:
+options' ``guarantee``). The functions themselves need a broker:
 tests/integration/test_committed_ends.py, test_broker_deviations.py."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from faust.types import TP
 
 from seqkeeper.adapter import highwater
 from seqkeeper.runtime.app import make_app
-from seqkeeper.settings import Settings
+from seqkeeper.settings import Guarantee, Settings
 
 
 @pytest.mark.parametrize("exactly_once", [False, True])
@@ -35,8 +35,15 @@ def test_recovery_ends_are_committed_ends_in_exactly_once(
     monkeypatch.setattr(highwater, "committed_ends", fake("committed_ends"))
 
     async def main() -> Any:
-        app: Any = make_app(Settings.of(bootstrap="127.0.0.1:1", data_dir=tmp_path, web_port=6066))
-        app.exactly_once = exactly_once
+        guarantee = Guarantee.EXACTLY_ONCE if exactly_once else Guarantee.AT_LEAST_ONCE
+        app: Any = make_app(
+            Settings.of(
+                bootstrap="127.0.0.1:1",
+                data_dir=tmp_path,
+                web_port=6066,
+                processing_guarantee=guarantee.value,
+            )
+        )
         thread = app.consumer._thread
         assert isinstance(thread, highwater.HighwaterThread)
         return await thread._highwaters([TP("t-changelog", 0)])

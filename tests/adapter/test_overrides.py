@@ -23,6 +23,7 @@ from seqkeeper.adapter import (
     store,
     tables,
 )
+from seqkeeper.adapter.lifecycle import Idle
 from seqkeeper.adapter.records import RawTopics
 from seqkeeper.adapter.tables import raw_table
 from seqkeeper.adapter.transport import Consumer
@@ -97,21 +98,22 @@ class RecordingConsumer(Consumer):
 def test_hooks_run_before_every_commit_and_only_assigned_offsets_are_committed(
     tmp_path: Path,
 ) -> None:
-    """adapter.commit: the app's before_commit hooks (the runtime's outbox
-    cycle) run first; the commit then covers only assigned partitions,
+    """adapter.commit: the app's lifecycle's before_commit (the runtime's
+    outbox cycle) runs first; the commit then covers only assigned partitions,
     without flushing the whole producer."""
 
     async def main() -> None:
         app = app_for(tmp_path)
         calls: list[Any] = []
 
-        async def hook() -> None:
-            calls.append("hook")
+        class Hooked(Idle):
+            async def before_commit(self) -> None:
+                calls.append("hook")
 
         async def nothing(*args: Any) -> None:
             return None
 
-        app.before_commit.append(hook)
+        app.install(Hooked())
         consumer = RecordingConsumer(
             app.transport,
             callback=nothing,
