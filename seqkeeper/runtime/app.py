@@ -241,7 +241,7 @@ def stop_at_once(error: BaseException) -> None:
     os._exit(FENCED_EXIT)
 
 
-def exactly_once(app: App, settings: Settings, input_topic: str) -> TransactionalProducers:
+def transactional_producers(app: App, settings: Settings, input_topic: str) -> TransactionalProducers:
     """Exactly-once (:mod:`seqkeeper.adapter.transactions`; the app was
     built for it: its consumer reads committed records only): each cycle
     commits a transaction per input partition through the producers made
@@ -344,7 +344,7 @@ def build_app(
     topology = wiring.build(store)
     transactions = None
     if atomic:
-        transactions = exactly_once(app, settings, wiring.input_topic)
+        transactions = transactional_producers(app, settings, wiring.input_topic)
     task = Task(
         topology,
         store,

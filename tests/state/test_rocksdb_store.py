@@ -378,7 +378,7 @@ def test_a_rebalance_forgets_which_buffer_entries_a_db_holds() -> None:
     was known of the DB before would say it holds none)."""
     with deferred_store() as (store, dbs):
         assert store.get(0, b"b1") is None  # known: the DB holds no entry
-        store.sync()  # before_rebalance
+        store.sync()  # the lifecycle's rebalancing()
         dbs[0].db.put(b"b1", b"recovered")  # Faust's recovery writes the DB
         assert store.get(0, b"b1") == b"recovered"
 
