@@ -2,7 +2,7 @@
 worker's changelog topic, compacted here: latest value per key, tombstones
 delete), by messageId or correlationId (of every tenant, or of one), with
 their entity's state and outbox. Receipts of both layouts of
-:mod:`state.commands` are found; a receipt id's receipt in the new layout
+:mod:`state.command_records` are found; a receipt id's receipt in the new layout
 hides an old copy of it.
 
 A command named by messageId and tenant is asked of a running command
@@ -24,7 +24,7 @@ from urllib.parse import quote, urlencode
 
 from seqkeeper.processors.command import receipt_id, unscoped
 from seqkeeper.settings import VARS, Settings
-from seqkeeper.state.commands import (
+from seqkeeper.state.command_records import (
     CORRELATION,
     RECEIPT,
     decode_entity,

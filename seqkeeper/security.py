@@ -5,7 +5,7 @@ settings (:class:`seqkeeper.settings.SecuritySettings`: the environment) or
 from the Spark source's ``kafka.*`` options (:meth:`ClientSecurity.from_options`).
 :meth:`ClientSecurity.kafka_options` turns it into aiokafka's keyword
 arguments; the Faust app gets the same through ``broker_credentials``
-(:func:`seqkeeper.runtime.app.make_app`).
+(:func:`seqkeeper.runtime.wiring.make_app`).
 
 Every aiokafka client is created with ``**kafka_options(...)``
 (``tests/test_security_clients.py`` fails on one that is not). The

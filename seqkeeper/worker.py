@@ -118,9 +118,9 @@ def run_worker(settings: Settings) -> None:
     """Run the worker in the foreground until SIGINT/SIGTERM (graceful stop)."""
 
     from seqkeeper.adapter.store import NEWER_STATE_EXIT
-    from seqkeeper.runtime.app import build_app
     from seqkeeper.runtime.guarantee import choose_guarantee
     from seqkeeper.runtime.task import LocalState, previous_members
+    from seqkeeper.runtime.wiring import build_app
     from seqkeeper.state.integrity import refused_state
     from seqkeeper.topologies import commands, ordered
 

@@ -51,10 +51,10 @@ MESSAGE_FAMILIES = {"entity", "receipt", "processed", "queued", "outputs"}
 
 def decoder(topic: str) -> Callable[[bytes, bytes], tuple[str, str, str | None, str | None]] | None:
     """How to read a changelog topic's entries (``None``: not a seqkeeper table)."""
-    from seqkeeper.state import codecs, commands
+    from seqkeeper.state import codecs, command_records
 
     if topic.endswith("-commands-changelog"):
-        return commands.describe
+        return command_records.describe
     if topic.endswith("-state-changelog"):
         return codecs.describe
     return None

@@ -8,7 +8,7 @@ was last written in, and the oldest format whose workers can still read
 it. The marker is an ordinary write of the table, so it is in the changelog
 too: a restore or a standby gets it with the state it describes. Its key
 starts with ``_``, a byte no family of either table starts with
-(:mod:`state.codecs`, :mod:`state.commands`), so it never names a user key.
+(:mod:`state.codecs`, :mod:`state.command_records`), so it never names a user key.
 
 A worker knows the formats in :data:`FORMATS` and reads up to the newest
 (:data:`NEWEST`); it writes :data:`CURRENT`, the newest too except in a
@@ -52,7 +52,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from seqkeeper.state.base import FORMAT_MARKER, PartitionStore
-from seqkeeper.state.commands import migrate_old_layout
+from seqkeeper.state.command_records import migrate_old_layout
 
 #: The marker's key in every partition of every seqkeeper table.
 MARKER = FORMAT_MARKER

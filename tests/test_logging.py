@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 
-from seqkeeper.runtime.app import build_app
+from seqkeeper.runtime.wiring import build_app
 from seqkeeper.settings import Settings
 from seqkeeper.topologies.ordered import wiring
 from seqkeeper.worker import faust_worker

@@ -55,7 +55,7 @@ def test_commands_replies_and_events_match_their_schemas() -> None:
     from seqkeeper.processors.command import parse_command
     from seqkeeper.processors.inventory import registry
     from seqkeeper.settings import Settings
-    from seqkeeper.state.commands import CommandStore
+    from seqkeeper.state.command_records import CommandStore
     from seqkeeper.state.memory import MemoryStore
     from seqkeeper.topologies.commands import CommandTopology
     from seqkeeper.verification.commands import storm

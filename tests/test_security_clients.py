@@ -3,7 +3,7 @@ call that constructs an aiokafka client (producer, consumer, admin client,
 ``AIOKafkaClient``) passes ``**kafka_options(...)``
 (:mod:`seqkeeper.security`), so none can reach only a PLAINTEXT listener.
 Faust's own clients get them through ``broker_credentials``
-(``seqkeeper.runtime.app.make_app``)."""
+(``seqkeeper.runtime.wiring.make_app``)."""
 
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from seqkeeper.runtime.app import make_app
+from seqkeeper.runtime.wiring import make_app
 from seqkeeper.settings import GROUPS, VARS, SettingError, Settings, markdown_table
 from seqkeeper.worker import tune_interpreter
 

@@ -97,7 +97,7 @@ from seqkeeper.runtime.protocol import (
 )
 from seqkeeper.settings import VARS, Guarantee, Settings
 from seqkeeper.state.base import Out
-from seqkeeper.state.commands import CommandStore
+from seqkeeper.state.command_records import CommandStore
 from seqkeeper.state.timers import Deadlines
 from seqkeeper.state.tokens import TokenKeys, load_keys
 from seqkeeper.topologies.queries import COMMANDS

@@ -9,7 +9,7 @@ the key (:mod:`seqkeeper.runtime.queries` routes them):
 
 Each function reads one partition's state, point reads only, and writes
 nothing (a command receipt in the old layout is read where it is, not
-moved, see :mod:`state.commands`); ``None`` when the state does not hold
+moved, see :mod:`state.command_records`); ``None`` when the state does not hold
 what was asked for. Reads see every step written so far: a query is served
 between two processing steps, never in the middle of one.
 """
@@ -25,8 +25,8 @@ from seqkeeper.processors.command import Entity, Receipt, entity_key, receipt_id
 from seqkeeper.processors.deduplicator import UNKNOWN
 from seqkeeper.runtime.protocol import BadQuery, Params, Query
 from seqkeeper.state import codecs
-from seqkeeper.state.commands import CommandStore, decode_entity, find_receipt
-from seqkeeper.state.commands import entity_key as entity_store_key
+from seqkeeper.state.command_records import CommandStore, decode_entity, find_receipt
+from seqkeeper.state.command_records import entity_key as entity_store_key
 from seqkeeper.state.stores import Stores
 
 

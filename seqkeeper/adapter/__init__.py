@@ -9,7 +9,7 @@ it exact, and finds any private member used outside this package).
 
 Each module, its job, and the tests that fail without it:
 
-- :mod:`.app`: the ``faust.App`` seqkeeper runs
+- :mod:`.faust_app`: the ``faust.App`` seqkeeper runs
   (``tests/adapter/test_overrides.py``).
 - :mod:`.lifecycle`: the options the app is built with and the lifecycle
   the runtime installs in it, read by the overrides below
@@ -71,7 +71,7 @@ Each module, its job, and the tests that fail without it:
 #: Private members of Faust, mode and aiokafka this package touches (read,
 #: write or override), by module. Nothing outside the package touches any.
 PRIVATE_MEMBERS: dict[str, frozenset[str]] = {
-    "app": frozenset({"_ensure_producer", "_new_transport"}),
+    "faust_app": frozenset({"_ensure_producer", "_new_transport"}),
     "batches": frozenset(
         {
             "_acked",

@@ -59,7 +59,7 @@ class HighwaterThread(faust_aiokafka.AIOKafkaConsumerThread):
             faust_aiokafka.server_list(transport.url, transport.default_port),
             [TopicPartition(tp.topic, tp.partition) for tp in partitions],
             timeout=conf.broker_request_timeout,
-            # how the app's own clients connect (seqkeeper.runtime.app.make_app)
+            # how the app's own clients connect (seqkeeper.runtime.wiring.make_app)
             security=options.client_security,
             client_id=f"{conf.broker_client_id}-highwater",
         )

@@ -131,7 +131,7 @@ class LifecycleApp(faust.App):
 def lifecycle_app(app: AppT) -> LifecycleApp:
     """``app`` (as Faust hands it to the consumer, its thread and the table
     manager it built) as the :class:`LifecycleApp` it is: these overrides
-    run only in one (:class:`seqkeeper.adapter.app.App`)."""
+    run only in one (:class:`seqkeeper.adapter.faust_app.App`)."""
     if not isinstance(app, LifecycleApp):
         raise TypeError(f"seqkeeper's overrides run in seqkeeper's App, not {type(app).__name__}")
     return app

@@ -1,4 +1,4 @@
-"""The consumer and transport an :class:`~seqkeeper.adapter.app.App` runs:
+"""The consumer and transport an :class:`~seqkeeper.adapter.faust_app.App` runs:
 Faust's, with every override of this package composed (each in its own
 module, each named there with the upstream code it changes)."""
 

@@ -6,7 +6,7 @@ Nothing here reads a clock, logs or talks to Faust: time and where the
 lines go are arguments (``tests/runtime/test_progress.py``). The adapter
 (:class:`seqkeeper.adapter.recovery.SeekFirstRecovery`) hands every
 recovery's positions to a :class:`RestoreProgress`; the runtime serves what
-it knows (:mod:`seqkeeper.runtime.app`: ``/ready`` and the
+it knows (:mod:`seqkeeper.runtime.wiring`: ``/ready`` and the
 ``seqkeeper_restore_remaining_records`` gauge), and the records replayed
 (``seqkeeper_changelog_replayed_total``, counted by
 :class:`seqkeeper.adapter.tables.ReplayCounter`).

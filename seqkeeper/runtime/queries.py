@@ -1,6 +1,6 @@
 """State queries over HTTP: which worker answers, as in Kafka Streams'
 interactive queries. A topology names its queries (:class:`Query` in
-its :class:`~seqkeeper.runtime.protocol.Wiring`); :mod:`.app` serves them
+its :class:`~seqkeeper.runtime.protocol.Wiring`); :mod:`.wiring` serves them
 with :func:`answer`, which decides from a :class:`Placement` (no Faust call
 here):
 

@@ -4,7 +4,7 @@ A :class:`Task` runs one topology (:class:`~seqkeeper.runtime.protocol.Topology`
 over one store: it takes the topology's outbox, makes the state behind it
 durable, produces it, hands it back to confirm, and lets the input offsets
 be committed only after that. It moves through explicit states
-(:class:`TaskState`); :mod:`seqkeeper.runtime.app` drives it from Faust's
+(:class:`TaskState`); :mod:`seqkeeper.runtime.wiring` drives it from Faust's
 events. It makes no Faust call, so the tests drive it with a hand-held
 broker (``tests/runtime/test_task.py``).
 

@@ -836,7 +836,7 @@ def zombie_problems(worker: WorkerProcess, timeout: float) -> list[str]:
     have a new owner: it must log ``fenced:`` and exit with a fenced
     worker's code (``FENCED_EXIT``) within ``timeout`` seconds (none: it is
     fenced and gone)."""
-    from seqkeeper.runtime.app import FENCED_EXIT
+    from seqkeeper.runtime.wiring import FENCED_EXIT
 
     assert worker.proc is not None
     try:

@@ -14,7 +14,7 @@ from aiokafka import TopicPartition
 from faust.types import TP
 
 from seqkeeper.adapter import highwater
-from seqkeeper.runtime.app import make_app
+from seqkeeper.runtime.wiring import make_app
 from seqkeeper.settings import Guarantee, Settings
 
 

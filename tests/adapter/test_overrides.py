@@ -27,7 +27,7 @@ from seqkeeper.adapter.lifecycle import Idle
 from seqkeeper.adapter.records import RawTopics
 from seqkeeper.adapter.tables import raw_table
 from seqkeeper.adapter.transport import Consumer
-from seqkeeper.runtime.app import make_app, raw_topic
+from seqkeeper.runtime.wiring import make_app, raw_topic
 from seqkeeper.settings import Settings
 
 

@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 
 from seqkeeper.processors.command import Command, DomainError, Event, Registry
 from seqkeeper.settings import Settings
-from seqkeeper.state.commands import CommandStore
+from seqkeeper.state.command_records import CommandStore
 from seqkeeper.state.memory import MemoryStore
 from seqkeeper.topologies.commands import CommandTopology
 from tests.hostile.hostile import command_reasons, loads_or_none, mutated, nested, schema

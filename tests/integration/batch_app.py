@@ -10,8 +10,8 @@ from typing import Any
 
 import orjson
 
-from seqkeeper.adapter.app import App
 from seqkeeper.adapter.batches import ack_batch, batch_source, current
+from seqkeeper.adapter.faust_app import App
 
 env = os.environ.__getitem__
 app = App(

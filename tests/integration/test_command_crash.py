@@ -35,7 +35,7 @@ import pytest
 
 from seqkeeper.inspect import changelog_topic, load, lookup
 from seqkeeper.plugins import load_registry
-from seqkeeper.state.commands import CommandStore, decode_entity
+from seqkeeper.state.command_records import CommandStore, decode_entity
 from seqkeeper.topics import create_topics, read_topic
 from seqkeeper.topologies.commands import CommandTopology
 from seqkeeper.worker import WorkerProcess

@@ -91,7 +91,7 @@ def test_tenants_and_receipts_of_the_old_layout(make_settings, names, tmp_path) 
 
     from seqkeeper.inspect import changelog_topic
     from seqkeeper.processors.command import Entity, Outgoing, Receipt
-    from seqkeeper.state import commands as cmd
+    from seqkeeper.state import command_records as cmd
     from seqkeeper.topics import read_topic
 
     tag = names["app_id"]

@@ -34,7 +34,7 @@ from seqkeeper.spark_sink.audit import read_audit
 from seqkeeper.spark_sink.job import run_compact
 from seqkeeper.spark_sink.replay import Selection, replay
 from seqkeeper.spark_sink.snapshots import read_snapshot
-from seqkeeper.state.commands import encode_receipt, receipt_key
+from seqkeeper.state.command_records import encode_receipt, receipt_key
 from seqkeeper.topics import create_topics, read_topic, topic_partitions
 from seqkeeper.verification.workload import generate
 from seqkeeper.worker import WorkerProcess

@@ -24,7 +24,7 @@ import pytest
 
 from seqkeeper.demo import publish
 from seqkeeper.inspect import changelog_topic
-from seqkeeper.state.commands import entity_key
+from seqkeeper.state.command_records import entity_key
 from seqkeeper.topics import create_topics, read_topic
 from seqkeeper.worker import WorkerProcess
 from tests.conftest import Broker

@@ -15,8 +15,8 @@ from typing import Any
 
 from faust.types import TP
 
-from seqkeeper.runtime.app import build_app
 from seqkeeper.runtime.task import TaskState
+from seqkeeper.runtime.wiring import build_app
 from seqkeeper.settings import Settings
 from seqkeeper.topologies import ordered
 

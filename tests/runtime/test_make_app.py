@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from seqkeeper.runtime.app import make_app
+from seqkeeper.runtime.wiring import make_app
 from seqkeeper.settings import VARS, Settings
 
 

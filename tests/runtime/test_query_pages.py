@@ -14,7 +14,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from seqkeeper.processors.inventory import registry
-from seqkeeper.runtime.app import build_app
+from seqkeeper.runtime.wiring import build_app
 from seqkeeper.settings import Settings
 from seqkeeper.topologies import commands, ordered
 

@@ -67,7 +67,7 @@ def state_entries() -> list[tuple[bytes, bytes | None]]:
     from seqkeeper.processors.deduplicator import Seen, SeenWindow
     from seqkeeper.processors.resequencer import KeyState
     from seqkeeper.state import codecs
-    from seqkeeper.state import commands as cmd
+    from seqkeeper.state import command_records as cmd
     from seqkeeper.state.formats import MARKER
 
     msg = b'{"messageId":"m7","seq":7,"type":"T","data":{"email":"a@b","n":7}}'
@@ -96,7 +96,7 @@ def state_entries() -> list[tuple[bytes, bytes | None]]:
 def test_snapshots_are_decoded_and_optionally_encrypted(spark, broker, names, tmp_path) -> None:
     from seqkeeper.spark_sink.crypto import AuditKeyError, Sealer, is_sealed
     from seqkeeper.state import codecs
-    from seqkeeper.state import commands as cmd
+    from seqkeeper.state import command_records as cmd
 
     state, commands = f"{names['app_id']}-state-changelog", f"{names['app_id']}-commands-changelog"
     asyncio.run(create_topics(broker.bootstrap, [state, commands], 2))

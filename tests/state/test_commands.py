@@ -15,7 +15,7 @@ from seqkeeper.inspect import lookup
 from seqkeeper.processors.command import Entity, Outgoing, Receipt, receipt_id
 from seqkeeper.processors.inventory import registry
 from seqkeeper.settings import Settings
-from seqkeeper.state import commands as cmd
+from seqkeeper.state import command_records as cmd
 from seqkeeper.state.base import Change
 from seqkeeper.state.memory import MemoryStore
 from seqkeeper.topologies.commands import CommandTopology

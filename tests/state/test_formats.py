@@ -18,7 +18,7 @@ from rocksdict import Options, Rdict
 
 from seqkeeper.inspect import lookup
 from seqkeeper.state import codecs, formats
-from seqkeeper.state import commands as cmd
+from seqkeeper.state import command_records as cmd
 from seqkeeper.state.formats import CURRENT, FORMATS, MARKER, NEWEST, Format, NewerState
 from seqkeeper.state.integrity import refused_state
 from seqkeeper.state.memory import MemoryStore

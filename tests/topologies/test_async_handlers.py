@@ -18,7 +18,7 @@ import orjson
 from seqkeeper.processors.command import Command, DomainError, Event, Registry, receipt_id
 from seqkeeper.runtime.protocol import Batch
 from seqkeeper.settings import Settings
-from seqkeeper.state.commands import CommandStore
+from seqkeeper.state.command_records import CommandStore
 from seqkeeper.state.memory import MemoryStore
 from seqkeeper.topologies.commands import CommandTopology
 

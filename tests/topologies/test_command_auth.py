@@ -20,7 +20,7 @@ from jsonschema import Draft202012Validator
 
 from seqkeeper.processors.inventory import registry
 from seqkeeper.settings import SettingError, Settings
-from seqkeeper.state.commands import CommandStore
+from seqkeeper.state.command_records import CommandStore
 from seqkeeper.state.memory import MemoryStore
 from seqkeeper.state.tokens import TokenSigner
 from seqkeeper.topologies.commands import CommandTopology

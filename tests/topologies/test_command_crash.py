@@ -56,7 +56,7 @@ from seqkeeper.processors.command import (
 from seqkeeper.processors.envelope import output_id
 from seqkeeper.runtime.protocol import Batch
 from seqkeeper.settings import Settings
-from seqkeeper.state.commands import CommandStore
+from seqkeeper.state.command_records import CommandStore
 from seqkeeper.topics import Record
 from seqkeeper.topologies.commands import CommandTopology
 from tests.topologies.test_crash_consistency import LoggedStore, World, actions_for

@@ -12,7 +12,7 @@ import orjson
 from seqkeeper import Command, End, Event, Registry
 from seqkeeper.processors.command import receipt_id
 from seqkeeper.settings import Settings
-from seqkeeper.state.commands import CommandStore, entity_key, pending_key
+from seqkeeper.state.command_records import CommandStore, entity_key, pending_key
 from seqkeeper.state.memory import MemoryStore
 from seqkeeper.topologies.commands import CommandTopology
 from tests.topologies.test_crash_consistency import LoggedStore

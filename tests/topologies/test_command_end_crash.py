@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 from seqkeeper import Command, End, Event, Registry
 from seqkeeper.processors.command import receipt_id, unscoped
 from seqkeeper.processors.envelope import output_id
-from seqkeeper.state.commands import CommandStore, entity_key
+from seqkeeper.state.command_records import CommandStore, entity_key
 from tests.topologies.test_command_crash import (
     EVENTS,
     TENANTS,

@@ -10,7 +10,7 @@ import pytest
 
 from seqkeeper.processors.command import Command, Event, Registry
 from seqkeeper.settings import Settings
-from seqkeeper.state.commands import CommandStore
+from seqkeeper.state.command_records import CommandStore
 from seqkeeper.state.memory import MemoryStore
 from seqkeeper.topologies.commands import CommandTopology
 from tests.topologies.test_commands import cmd

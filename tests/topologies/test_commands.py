@@ -9,7 +9,7 @@ import orjson
 from seqkeeper.processors.command import Command, Event, Registry, receipt_id
 from seqkeeper.processors.inventory import registry
 from seqkeeper.settings import Settings
-from seqkeeper.state.commands import CommandStore
+from seqkeeper.state.command_records import CommandStore
 from seqkeeper.state.memory import MemoryStore
 from seqkeeper.topologies.commands import CommandTopology
 

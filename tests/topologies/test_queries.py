@@ -12,7 +12,7 @@ import orjson
 from seqkeeper import Message
 from seqkeeper.processors.inventory import registry
 from seqkeeper.settings import Settings
-from seqkeeper.state.commands import CommandStore
+from seqkeeper.state.command_records import CommandStore
 from seqkeeper.state.memory import MemoryStore
 from seqkeeper.state.stores import Stores
 from seqkeeper.topologies import queries

@@ -16,7 +16,7 @@ from seqkeeper.processors.command import Entity, Outgoing, Receipt, receipt_id
 from seqkeeper.processors.inventory import registry
 from seqkeeper.runtime.task import Task
 from seqkeeper.settings import Settings
-from seqkeeper.state.commands import CommandStore
+from seqkeeper.state.command_records import CommandStore
 from seqkeeper.state.memory import MemoryStore
 from seqkeeper.topologies.commands import CommandTopology
 from tests.reply_commands import add_stock as cmd

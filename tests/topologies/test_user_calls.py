@@ -13,7 +13,7 @@ import pytest
 
 from seqkeeper.processors.command import Command, Event, Registry, receipt_id
 from seqkeeper.settings import Settings
-from seqkeeper.state.commands import CommandStore
+from seqkeeper.state.command_records import CommandStore
 from seqkeeper.state.memory import MemoryStore
 from seqkeeper.topologies.commands import CommandTopology
 from seqkeeper.topologies.user_calls import UserCalls

@@ -9,7 +9,7 @@ import pytest
 
 from seqkeeper.processors.inventory import registry
 from seqkeeper.settings import Settings
-from seqkeeper.state.commands import CommandStore
+from seqkeeper.state.command_records import CommandStore
 from seqkeeper.state.memory import MemoryStore
 from seqkeeper.topics import Record
 from seqkeeper.topologies.commands import CommandTopology

@@ -20,10 +20,10 @@ from typing import Any
 import faust
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
-from seqkeeper.adapter.app import App
 from seqkeeper.adapter.batches import ack_batch, batch_source, current, read_offset
 from seqkeeper.adapter.commit import committed
 from seqkeeper.adapter.diagnostics import install_diagnostics
+from seqkeeper.adapter.faust_app import App
 from seqkeeper.adapter.lifecycle import WorkerOptions
 from seqkeeper.adapter.producer import PRODUCER_BATCH_BYTES
 from seqkeeper.adapter.recovery import watch_restores
