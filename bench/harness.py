@@ -1820,11 +1820,7 @@ def write(result: dict[str, Any], outdir: Path) -> list[Path]:
         ax.barh([f["name"] for f in rates], [f["value"] for f in rates])
         limit = next((f["value"] for f in rates if f["name"].startswith("limit")), None)
         target = next(
-            (
-                float(f["target"].lstrip("≥ "))
-                for f in result["ratios"]
-                if f["name"] == "seqkeeper / limit"
-            ),
+            (f["detail"]["least"] for f in result["ratios"] if f["name"] == "seqkeeper / limit"),
             LIMIT_RATIO,
         )
         if limit is not None:

@@ -302,5 +302,10 @@ def _ratio_of_rounds(
     per_round = [t.value / b.value for t, b in zip(tops, bottoms, strict=True)]
     r = statistics.median(per_round)
     return Figure(
-        name, r, "×", target, r >= least, {"rounds": per_round, "median of": "each round's ratio"}
+        name,
+        r,
+        "×",
+        target,
+        r >= least,
+        {"rounds": per_round, "median of": "each round's ratio", "least": least},
     )
