@@ -1,6 +1,6 @@
 """The worker's per-record work without a broker: ``python -m seqkeeper.bench.core``.
 
-The ordered topology's ``on_record`` over ``FaustRocksStore`` on real
+The ordered topology's ``on_record`` over ``LayeredPartitionStore`` on real
 RocksDB (opened as Faust opens it, with the worker's options and interpreter
 settings), and the outbox cycle every ``--cycle`` records as the shell runs
 it (take; changelog, then local writes; output record batches built with
@@ -42,7 +42,7 @@ from seqkeeper.adapter.producer import PRODUCER_BATCH_BYTES, AcknowledgingProduc
 from seqkeeper.bench.harness import FULL, Records, workload
 from seqkeeper.settings import Settings
 from seqkeeper.state import codecs
-from seqkeeper.state.rocksdb import FaustRocksStore
+from seqkeeper.state.rocksdb import LayeredPartitionStore
 from seqkeeper.state.stores import Stores
 from seqkeeper.topologies.ordered import OrderedTopology
 from seqkeeper.worker import tune_interpreter
@@ -54,7 +54,7 @@ FETCH = 2000
 
 
 def _table(directory: Path, settings: Settings) -> Any:
-    """The parts of a Faust table on RocksDB that ``FaustRocksStore`` uses."""
+    """The parts of a Faust table on RocksDB that ``LayeredPartitionStore`` uses."""
     from faust.stores.rocksdb import RocksDBOptions
 
     given: dict[str, Any] = dict(settings.runtime.rocksdb_options())
@@ -91,7 +91,7 @@ class Core:
         #: the exactly-once cycle's order (``--exactly-once``): a batch is
         #: confirmed as it is taken, and each cycle's records commit together
         self.atomic = atomic
-        self.store = FaustRocksStore(
+        self.store = LayeredPartitionStore(
             _table(directory, settings), self.producer, deferred=codecs.BUFFER, atomic=atomic
         )
         self.topology = OrderedTopology(settings, Stores(self.store), processor)

@@ -9,7 +9,7 @@ Why ahead, and not from the errors of the reads themselves: Spark reports a
 refusal inside its own traceback, after ``compact`` committed the units
 read before it; a consumer's refusal comes on a later poll, after the
 other topics were read; a producer's after the records before it were
-sent. The probes ask without doing (:mod:`seqkeeper.adapter.permissions`):
+sent. The probes ask without doing (:mod:`seqkeeper.adapter.authorized_operations`):
 a Metadata request without auto-creation (Describe, and whether the topic
 exists), a Fetch from past the end (Read), a Produce with no records
 (Write), a CreateTopics with ``validate_only`` (Create). The worker's own
@@ -25,7 +25,7 @@ from collections.abc import Collection, Mapping, Sequence
 from aiokafka import TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from seqkeeper.adapter.permissions import (
+from seqkeeper.adapter.authorized_operations import (
     TOPIC_AUTHORIZATION_FAILED,
     UNKNOWN_TOPIC_OR_PARTITION,
     client_of,

@@ -319,7 +319,7 @@ def run_command_demo(settings: Settings, commands: int, seed: int, quiet: bool =
     (each delivered 1-5 times, plus poison), verified: every command
     answered, each applied once, stock equal to a reference computed
     without duplicates and never negative. Exit code 0 only if verified."""
-    from seqkeeper.verification.commands import storm, wait_until_commands_verified
+    from seqkeeper.verification.command_storm import storm, wait_until_commands_verified
 
     console = Console(quiet=quiet)
     started = time.monotonic()

@@ -35,7 +35,7 @@ from seqkeeper.state.command_records import (
     old_receipt_key,
 )
 from seqkeeper.topics import read_topic
-from seqkeeper.topologies.queries import entity_doc, receipt_doc
+from seqkeeper.topologies.state_queries import entity_doc, receipt_doc
 
 
 def changelog_topic(settings: Settings) -> str:

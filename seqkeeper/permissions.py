@@ -50,7 +50,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import TopicAuthorizationFailedError
 
-from seqkeeper.adapter.permissions import (
+from seqkeeper.adapter.authorized_operations import (
     TOPIC_AUTHORIZATION_FAILED,
     UNKNOWN_TOPIC_OR_PARTITION,
     client_of,

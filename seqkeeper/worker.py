@@ -122,7 +122,7 @@ def run_worker(settings: Settings) -> None:
     from seqkeeper.runtime.task import LocalState, previous_members
     from seqkeeper.runtime.wiring import build_app
     from seqkeeper.state.integrity import refused_state
-    from seqkeeper.topologies import commands, ordered
+    from seqkeeper.topologies import command_worker, ordered
 
     # a token that cannot be used fails before any broker, as a bad value does
     settings.runtime.query_token()
@@ -151,7 +151,7 @@ def run_worker(settings: Settings) -> None:
     codec = None
     if settings.runtime.topology == "commands":
         wiring = functools.partial(
-            commands.wiring, registry=handlers_of(settings), keys=commands.token_keys(settings)
+            command_worker.wiring, registry=handlers_of(settings), keys=command_worker.token_keys(settings)
         )
     else:
         processor = (

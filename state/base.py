@@ -46,7 +46,7 @@ class ChangelogSink(Protocol):
 
 class LocalTable(Protocol):
     """A changelogged table whose partitions are local RocksDB databases,
-    as a store needs it (:class:`seqkeeper.adapter.tables.RocksTable` over a
+    as a store needs it (:class:`seqkeeper.adapter.tables.FaustLocalTable` over a
     Faust table)."""
 
     name: str

@@ -1,7 +1,7 @@
 """A :class:`~state.base.PartitionStore` over a Faust table on RocksDB.
 
 Every write is queued, in order, for the table's changelog topic (same
-partition) and kept in memory; :meth:`FaustRocksStore.flush` sends the queue
+partition) and kept in memory; :meth:`LayeredPartitionStore.flush` sends the queue
 as record batches (:mod:`seqkeeper.adapter.producer`) and waits for the
 acknowledgements. Going around ``Table.__setitem__`` and
 ``Table.send_changelog`` gives what Faust's table API does not: writes
@@ -29,11 +29,11 @@ are layers that every read sees, newest first:
    when the DB opens), a lookup missing in memory needs no RocksDB read;
 4. RocksDB.
 
-When a cycle commits (:meth:`FaustRocksStore.committed`), each partition's
+When a cycle commits (:meth:`LayeredPartitionStore.committed`), each partition's
 writes of the other families go to RocksDB as one sorted batch (RocksDB
 inserts a batch of sorted keys more cheaply than single puts). The offset
 goes with them only when no committed deferred write waits; else it is held
-back, and the waiting writes go with it at the next :meth:`~FaustRocksStore.sync`,
+back, and the waiting writes go with it at the next :meth:`~LayeredPartitionStore.sync`,
 or once the held-back offset is :data:`CHECKPOINT_RECORDS` ahead (the bound
 on the tail a restart replays), or when :data:`DEFERRED_KEPT` wait. The
 write-ahead log stays on (not synced): without it a ``kill -9`` loses the
@@ -58,14 +58,14 @@ from typing import Any
 from seqkeeper.state.base import Change, ChangelogSink, LocalTable, Record
 from seqkeeper.state.formats import MARKER, check_record
 
-#: Where :meth:`FaustRocksStore.mark` keeps its value in a partition's
+#: Where :meth:`LayeredPartitionStore.mark` keeps its value in a partition's
 #: RocksDB (outside every family's prefix; never changelogged).
 MARK_KEY = b"__seqkeeper\x00mark__"
 #: Faust's key for the changelog offset a partition's DB holds everything
 #: up to (``faust.stores.rocksdb.Store.offset_key``; its value the offset in
 #: decimal ASCII), written here in the same batch as the data it covers.
 FAUST_OFFSET_KEY = b"__faust\x00offset__"
-#: Set in every DB this store's rule applies to (:meth:`FaustRocksStore.adopt`):
+#: Set in every DB this store's rule applies to (:meth:`LayeredPartitionStore.adopt`):
 #: its offset covers what it holds. A DB without it that holds state was
 #: written by a version that wrote RocksDB before the changelog acknowledged
 #: the writes (:mod:`seqkeeper.state.integrity` discards it after an
@@ -172,7 +172,7 @@ class Writes:
     two columns: lists of bytes add nothing for the garbage collector to
     examine, where a list of ``(key, value, headers)`` tuples would keep a
     tracked tuple per write until the cycle takes it. ``placed``: writes
-    that stand before the record at an index (:meth:`FaustRocksStore.write_placed`),
+    that stand before the record at an index (:meth:`LayeredPartitionStore.write_placed`),
     merged into the columns once, when the records are read."""
 
     __slots__ = ("keys", "values", "placed")
@@ -212,7 +212,7 @@ class Writes:
 class Cycle(dict[int, Writes]):
     """What one take took: its changelog records per partition (the dict),
     and its local writes, which wait in memory until the cycle is committed
-    (:meth:`FaustRocksStore.committed`): ``local`` of the other families,
+    (:meth:`LayeredPartitionStore.committed`): ``local`` of the other families,
     ``fresh`` of the deferred one, per partition."""
 
     __slots__ = ("local", "fresh")
@@ -223,7 +223,7 @@ class Cycle(dict[int, Writes]):
         self.fresh = fresh
 
 
-class FaustRocksStore:
+class LayeredPartitionStore:
     """``deferred``: the key prefix (one byte) whose committed local writes
     wait longer (see the module docstring); ``keep``: how many of those at
     most; ``checkpoint``: see :data:`CHECKPOINT_RECORDS`; ``atomic``: each

@@ -57,8 +57,8 @@ def test_commands_replies_and_events_match_their_schemas() -> None:
     from seqkeeper.settings import Settings
     from seqkeeper.state.command_records import CommandStore
     from seqkeeper.state.memory import MemoryStore
-    from seqkeeper.topologies.commands import CommandTopology
-    from seqkeeper.verification.commands import storm
+    from seqkeeper.topologies.command_worker import CommandTopology
+    from seqkeeper.verification.command_storm import storm
 
     commands, replies, events = (
         validator(n)

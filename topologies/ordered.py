@@ -62,7 +62,7 @@ from seqkeeper.state.stores import Stores
 from seqkeeper.state.timers import GapTimers
 from seqkeeper.topologies.metrics import Metrics
 from seqkeeper.topologies.processing import ProcessorStage
-from seqkeeper.topologies.queries import ORDERED
+from seqkeeper.topologies.state_queries import ORDERED
 
 log = logging.getLogger("seqkeeper.ordered")
 

@@ -56,7 +56,7 @@ Each module, its job, and the tests that fail without it:
 - :mod:`.routing`: a key's partition and the group member that owns it,
   for state queries (``tests/runtime/test_queries.py``;
   ``tests/integration/test_state_queries.py``).
-- :mod:`.permissions`: requests that ask what the worker may do without
+- :mod:`.authorized_operations`: requests that ask what the worker may do without
   doing it, for its start-up check (``tests/security/test_acls.py``).
 - :mod:`.destinations`: whether a topic input names (a reply's) takes the
   worker's writes, asked before producing to it
@@ -151,6 +151,6 @@ PRIVATE_MEMBERS: dict[str, frozenset[str]] = {
     "tables": frozenset({"_db_for_partition", "_dbs", "_recovery", "_update_channels"}),
     "store": frozenset({"_db_for_partition"}),
     "transport": frozenset({"_new_consumer_thread"}),
-    "permissions": frozenset({"_client"}),
+    "authorized_operations": frozenset({"_client"}),
     "declare": frozenset({"_create_topic"}),
 }

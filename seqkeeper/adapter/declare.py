@@ -24,7 +24,7 @@ import aiokafka
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from mode import Service
 
-from seqkeeper.adapter.permissions import topic_errors
+from seqkeeper.adapter.authorized_operations import topic_errors
 
 
 class DeclareExistingTransport(faust_aiokafka.Transport):

@@ -14,7 +14,7 @@ again while the broker says the topic is missing or has no leader yet (it
 may be being created), at most :data:`ATTEMPTS` times over about 2 s; then a
 Produce with no record batch to a partition's leader, which the broker
 authorizes (Write) and refuses as empty, appending nothing
-(:func:`~seqkeeper.adapter.permissions.may_write`).
+(:func:`~seqkeeper.adapter.authorized_operations.may_write`).
 
 Answers are remembered: a topic that takes the writes, for the worker's life
 (a topic deleted or an ACL revoked afterwards fails the cycle as before, and
@@ -38,7 +38,7 @@ from aiokafka.client import AIOKafkaClient
 from aiokafka.errors import KafkaError
 from aiokafka.protocol.metadata import MetadataRequest
 
-from seqkeeper.adapter.permissions import (
+from seqkeeper.adapter.authorized_operations import (
     INVALID_TOPIC_EXCEPTION,
     LEADER_NOT_AVAILABLE,
     TOPIC_AUTHORIZATION_FAILED,

@@ -31,7 +31,7 @@ from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TP
 from mode import Service
 
-from seqkeeper.adapter.store import RocksStore, apply_or_refuse
+from seqkeeper.adapter.store import FaustStore, apply_or_refuse
 from seqkeeper.state.rocksdb import reset_db
 
 log = logging.getLogger("seqkeeper.recovery")
@@ -87,7 +87,7 @@ class BatchRestore:
         if tp not in recovery.active_tps and tp not in recovery.standby_tps:
             return False
         table = recovery.tp_to_table.get(tp)
-        return table is not None and isinstance(table.data, RocksStore)
+        return table is not None and isinstance(table.data, FaustStore)
 
     def apply(self, tp: TP, records: list[Any]) -> None:
         recovery = self.app.tables.recovery

@@ -2,7 +2,7 @@
 chose for it, and the group member that partition is assigned to, as Faust's
 assignor publishes it (every member's web URL travels in the assignment's
 metadata: ``faust/assignor/partition_assignor.py``). What a state query
-needs to answer or redirect (:mod:`seqkeeper.runtime.queries`).
+needs to answer or redirect (:mod:`seqkeeper.runtime.query_routing`).
 
 Public members only: ``PartitionAssignor.external_topics_metadata`` is the
 data ``app.router`` routes by (``Router.external_topic_key_store``), read

@@ -54,7 +54,7 @@ def apply_or_refuse(
 STORE_URL = "seqkeeper://"
 
 
-class RocksStore(Store):
+class FaustStore(Store):
     """Faust's RocksDB store with :func:`~seqkeeper.state.rocksdb.apply_changelog`."""
 
     def apply_changelog_batch(
@@ -69,4 +69,4 @@ class RocksStore(Store):
         )
 
 
-STORES.aliases.setdefault("seqkeeper", f"{__name__}:RocksStore")
+STORES.aliases.setdefault("seqkeeper", f"{__name__}:FaustStore")

@@ -247,9 +247,9 @@ def raw_table(app: faust.App, name: str, partitions: int, **kwargs: Any) -> Any:
     return table
 
 
-class RocksTable:
+class FaustLocalTable:
     """A Faust table on RocksDB as :class:`seqkeeper.state.base.LocalTable`
-    (what :class:`~seqkeeper.state.rocksdb.FaustRocksStore` reads and writes
+    (what :class:`~seqkeeper.state.rocksdb.LayeredPartitionStore` reads and writes
     directly, around ``Table.__setitem__``).
 
     Private members: ``table.data._dbs`` (Faust's dict of open databases:

@@ -226,7 +226,7 @@ class Query:
     """A read of a topology's state served by the worker (``GET path``), as
     Kafka Streams' interactive queries: the runtime finds the input partition
     that holds the answer and reads it there when this worker owns it, or
-    redirects to the worker that does (:mod:`seqkeeper.runtime.queries`)."""
+    redirects to the worker that does (:mod:`seqkeeper.runtime.query_routing`)."""
 
     #: the route, in aiohttp's syntax: ``/state/{key}``
     path: str
@@ -253,7 +253,7 @@ class Wiring:
     #: an output's topic name: ``Out[0]`` (a role or a name) to a topic name
     output_topic: Callable[[str], str]
     #: the key prefix whose local writes may wait in memory (see
-    #: :class:`~seqkeeper.state.rocksdb.FaustRocksStore`), if any
+    #: :class:`~seqkeeper.state.rocksdb.LayeredPartitionStore`), if any
     deferred: bytes | None = None
     #: the topology's Prometheus registry, served at ``/metrics``
     registry: Callable[[Any], Any] = lambda topology: None

@@ -29,8 +29,8 @@ the broker before the state that produced it.
    after 1.
 3. **Flush** the taken changelog writes and wait for their acknowledgements;
    only then do they reach the local RocksDB, with the changelog offsets
-   they bring it up to (:meth:`FaustRocksStore.committed
-   <seqkeeper.state.rocksdb.FaustRocksStore.committed>`: the local state never
+   they bring it up to (:meth:`LayeredPartitionStore.committed
+   <seqkeeper.state.rocksdb.LayeredPartitionStore.committed>`: the local state never
    holds what the changelog does not). *Crash*: the state is durable,
    its outputs are not; the new owner finds them unconfirmed and emits
    them again (:meth:`Topology.on_assigned`).
@@ -124,7 +124,7 @@ class IllegalTransition(RuntimeError):
 
 class ChangelogStore(Protocol):
     """What the task needs of the topology's store
-    (:class:`~seqkeeper.state.rocksdb.FaustRocksStore`)."""
+    (:class:`~seqkeeper.state.rocksdb.LayeredPartitionStore`)."""
 
     def take_writes(self) -> Any: ...
 

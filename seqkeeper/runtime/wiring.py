@@ -29,7 +29,7 @@ from seqkeeper.adapter.producer import PRODUCER_BATCH_BYTES
 from seqkeeper.adapter.recovery import watch_restores
 from seqkeeper.adapter.routing import own_url, owners
 from seqkeeper.adapter.store import STORE_URL, refuse_newer
-from seqkeeper.adapter.tables import RocksTable, raw_table
+from seqkeeper.adapter.tables import FaustLocalTable, raw_table
 from seqkeeper.adapter.transactions import TransactionalProducers
 from seqkeeper.adapter.web import quiet_bad_requests
 from seqkeeper.runtime.progress import (
@@ -40,12 +40,12 @@ from seqkeeper.runtime.progress import (
     readiness,
 )
 from seqkeeper.runtime.protocol import Query, Topology, Wiring
-from seqkeeper.runtime.queries import Access, Placement, admit, answer
+from seqkeeper.runtime.query_routing import Access, Placement, admit, answer
 from seqkeeper.runtime.task import Task, TaskState
 from seqkeeper.security import ClientSecurity
 from seqkeeper.settings import Guarantee, Settings
 from seqkeeper.state.formats import UnreadableState, open_partitions
-from seqkeeper.state.rocksdb import FaustRocksStore
+from seqkeeper.state.rocksdb import LayeredPartitionStore
 
 #: The worker's exit code when a transaction was fenced or aborted.
 FENCED_EXIT = 3
@@ -193,7 +193,7 @@ def install_queries(
     partitions: int,
     access: Access,
 ) -> None:
-    """``GET`` each of ``wiring``'s state queries (:mod:`seqkeeper.runtime.queries`)
+    """``GET`` each of ``wiring``'s state queries (:mod:`seqkeeper.runtime.query_routing`)
     to whom ``access`` admits; none when state queries are off."""
     if not access.served:
         return  # (no route: 404, and nothing of the queries runs)
@@ -268,7 +268,7 @@ class WorkerLifecycle:
         self,
         app: App,
         task: Task,
-        store: FaustRocksStore,
+        store: LayeredPartitionStore,
         table: Any,
         input_topic: str,
         transactions: TransactionalProducers | None,
@@ -338,8 +338,8 @@ def build_app(
         extra_topic_configs=settings.ordered.changelog_topic_configs(),
     )
     atomic = app.options.guarantee is Guarantee.EXACTLY_ONCE
-    store = FaustRocksStore(
-        RocksTable(table), app.batch_producer, deferred=wiring.deferred, atomic=atomic
+    store = LayeredPartitionStore(
+        FaustLocalTable(table), app.batch_producer, deferred=wiring.deferred, atomic=atomic
     )
     topology = wiring.build(store)
     transactions = None

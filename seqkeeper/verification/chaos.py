@@ -734,7 +734,7 @@ class Chaos:
         return out
 
     def scenario_commands(self) -> Outcome:
-        from seqkeeper.verification.commands import storm, wait_until_commands_verified
+        from seqkeeper.verification.command_storm import storm, wait_until_commands_verified
 
         sc = self.scale
         s = self.settings("commands", topology="commands", handlers=EXAMPLE_HANDLERS)

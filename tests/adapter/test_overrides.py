@@ -56,7 +56,7 @@ def test_the_app_runs_every_override(tmp_path: Path) -> None:
         assert isinstance(app.tables.recovery, recovery.SeekFirstRecovery)
         assert isinstance(app.tables.recovery, Recovery)
         table = raw_table(app, "state", 2)
-        assert isinstance(table.data, store.RocksStore)
+        assert isinstance(table.data, store.FaustStore)
 
     asyncio.run(main())
 

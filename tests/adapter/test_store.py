@@ -17,7 +17,7 @@ from typing import Any
 
 from rocksdict import AccessType, Options, Rdict
 
-from seqkeeper.adapter.store import STORE_URL, RocksStore
+from seqkeeper.adapter.store import STORE_URL, FaustStore
 from seqkeeper.state.rocksdb import (
     FAUST_OFFSET_KEY,
     FORMAT,
@@ -61,8 +61,8 @@ def test_one_write_per_partition_holding_its_records_and_offset(tmp_path: Path) 
 def test_the_tables_use_it() -> None:
     from faust.stores import by_url
 
-    assert by_url(STORE_URL) is RocksStore
-    assert RocksStore.apply_changelog_batch is not RocksStore.__mro__[1].apply_changelog_batch
+    assert by_url(STORE_URL) is FaustStore
+    assert FaustStore.apply_changelog_batch is not FaustStore.__mro__[1].apply_changelog_batch
 
 
 CHILD = textwrap.dedent(

@@ -30,7 +30,7 @@ from seqkeeper.processors.command import Command, DomainError, Event, Registry
 from seqkeeper.settings import Settings
 from seqkeeper.state.command_records import CommandStore
 from seqkeeper.state.memory import MemoryStore
-from seqkeeper.topologies.commands import CommandTopology
+from seqkeeper.topologies.command_worker import CommandTopology
 from tests.hostile.hostile import command_reasons, loads_or_none, mutated, nested, schema
 
 SETTINGS = Settings.of(bootstrap="unused", topology="commands")

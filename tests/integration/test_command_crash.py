@@ -37,7 +37,7 @@ from seqkeeper.inspect import changelog_topic, load, lookup
 from seqkeeper.plugins import load_registry
 from seqkeeper.state.command_records import CommandStore, decode_entity
 from seqkeeper.topics import create_topics, read_topic
-from seqkeeper.topologies.commands import CommandTopology
+from seqkeeper.topologies.command_worker import CommandTopology
 from seqkeeper.worker import WorkerProcess
 from tests.topologies.test_crash_consistency import LoggedStore
 

@@ -16,7 +16,7 @@ from seqkeeper.cli import app
 from seqkeeper.demo import publish
 from seqkeeper.inspect import load, lookup
 from seqkeeper.topics import create_topics
-from seqkeeper.verification.commands import storm, wait_until_commands_verified
+from seqkeeper.verification.command_storm import storm, wait_until_commands_verified
 from seqkeeper.worker import WorkerProcess
 
 pytestmark = pytest.mark.integration

@@ -1,4 +1,4 @@
-"""Which worker answers a state query (seqkeeper/runtime/queries.py): the
+"""Which worker answers a state query (seqkeeper/runtime/query_routing.py): the
 owner of the key's partition answers, the others redirect to it, nobody
 answers while nobody owns it; a query without a key is searched for, one
 hop per worker. Who may ask (:func:`admit`): nobody when queries are off,
@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from seqkeeper.adapter.routing import key_partition
 from seqkeeper.runtime.protocol import BadQuery, Params, Query
-from seqkeeper.runtime.queries import RETRY_AFTER, Access, Placement, admit, answer
+from seqkeeper.runtime.query_routing import RETRY_AFTER, Access, Placement, admit, answer
 
 A, B = "http://127.0.0.1:6001", "http://127.0.0.1:6002"
 PARTITIONS = 4

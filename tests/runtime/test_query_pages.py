@@ -1,5 +1,5 @@
 """The worker's app serves state queries to whom its settings admit
-(seqkeeper.runtime.queries.admit): none when they are off, only requests
+(seqkeeper.runtime.query_routing.admit): none when they are off, only requests
 carrying the bearer token when one is set; /health, /ready and /metrics
 are served either way, without a token. No broker: the app is built,
 never started, and its pages are called directly (a real worker:
@@ -16,7 +16,7 @@ from typing import Any
 from seqkeeper.processors.inventory import registry
 from seqkeeper.runtime.wiring import build_app
 from seqkeeper.settings import Settings
-from seqkeeper.topologies import commands, ordered
+from seqkeeper.topologies import command_worker, ordered
 
 TOKEN = "0123456789abcdef-token"
 QUERY = "/state/{key}"
@@ -44,7 +44,7 @@ def test_off_serves_no_query_but_health_readiness_and_metrics(tmp_path: Path) ->
         topology="commands",
         state_queries="off",
     )
-    views = build_app(settings, commands.wiring(settings, registry=registry))[0].web.views
+    views = build_app(settings, command_worker.wiring(settings, registry=registry))[0].web.views
     assert not [path for path in views if path.startswith(("/entities", "/commands"))]
     assert "/ready" in views
 

@@ -23,7 +23,7 @@ from seqkeeper.state.formats import CURRENT, FORMATS, MARKER, NEWEST, Format, Ne
 from seqkeeper.state.integrity import refused_state
 from seqkeeper.state.memory import MemoryStore
 from seqkeeper.state.rocksdb import apply_changelog
-from tests.state.test_commands import receipt, waiting, write_old_layout
+from tests.state.test_command_records import receipt, waiting, write_old_layout
 
 OLD_FAMILIES = (b"r", b"w", b"c", b"t")
 

@@ -1,4 +1,4 @@
-"""FaustRocksStore under exactly-once (``atomic``): a taken cycle's records
+"""LayeredPartitionStore under exactly-once (``atomic``): a taken cycle's records
 commit in one transaction or not at all, so a write that a later write of
 the same cycle replaces is left out, and so is the delete when the key was
 absent before the cycle (a reorder-buffer entry put and confirmed in one

@@ -1,4 +1,4 @@
-"""FaustRocksStore: RocksDB holds only what the changelog holds (a write
+"""LayeredPartitionStore: RocksDB holds only what the changelog holds (a write
 reaches it once its cycle is committed, with the changelog offset in the
 same batch), reads see every write, and no partition's DB is kept alive
 (Faust closes a revoked partition's RocksDB by dropping its last reference,
@@ -30,7 +30,7 @@ from seqkeeper.state.rocksdb import (
     MEMTABLE_BLOOM,
     META_KEYS,
     Cycle,
-    FaustRocksStore,
+    LayeredPartitionStore,
     encode_offset,
     reset_db,
 )
@@ -59,7 +59,7 @@ def test_a_revoked_partition_s_db_is_not_kept_open() -> None:
     table = SimpleNamespace(
         name="t", changelog_topic="t-changelog", open_dbs=lambda: dbs, db_for=dbs.__getitem__
     )
-    store = FaustRocksStore(table, producer=None)  # type: ignore[arg-type]
+    store = LayeredPartitionStore(table, producer=None)  # type: ignore[arg-type]
     store.put(0, b"k", b"v")
     assert store.get(0, b"k") == b"v"
     store.committed(store.take_writes(), {("t-changelog", 0): 0})
@@ -82,7 +82,7 @@ def test_a_cycle_committed_after_its_partition_was_revoked_writes_nothing() -> N
     table = SimpleNamespace(
         name="t", changelog_topic="t-changelog", open_dbs=lambda: dbs, db_for=dbs.__getitem__
     )
-    store = FaustRocksStore(table, producer=None)  # type: ignore[arg-type]
+    store = LayeredPartitionStore(table, producer=None)  # type: ignore[arg-type]
     store.put(0, b"k", b"v")
     cycle = store.take_writes()
     del dbs[0]  # revoked while the cycle was in flight
@@ -164,7 +164,7 @@ def deferred_store(
     keep: int = 50_000,
     preloaded: dict[int, dict[bytes, bytes]] | None = None,
     checkpoint: int = 20_000,
-) -> Iterator[tuple[FaustRocksStore, dict[int, RealDB]]]:
+) -> Iterator[tuple[LayeredPartitionStore, dict[int, RealDB]]]:
     """A store over real RocksDBs of partitions 0 and 1, open as Faust opens
     an assigned partition's (``preloaded`` entries in them)."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -183,7 +183,7 @@ def deferred_store(
         table = SimpleNamespace(
             name="t", changelog_topic=TOPIC, open_dbs=lambda: dbs, db_for=db_for_partition
         )
-        store = FaustRocksStore(
+        store = LayeredPartitionStore(
             table,  # type: ignore[arg-type]
             FakeProducer(),
             deferred=FAMILY,
@@ -197,7 +197,7 @@ def deferred_store(
                 db.db.close()
 
 
-def cycle(store: FaustRocksStore) -> None:
+def cycle(store: LayeredPartitionStore) -> None:
     """An outbox cycle: take, send, committed."""
     asyncio.run(store.flush(store.take_writes()))
 
@@ -397,7 +397,7 @@ def test_a_mark_is_not_written_while_writes_are_uncommitted() -> None:
 KEYS = [f + bytes([n]) for f in (b"b", b"s") for n in range(4)]
 
 
-def reads_alike(store: FaustRocksStore, model: MemoryStore) -> None:
+def reads_alike(store: LayeredPartitionStore, model: MemoryStore) -> None:
     for partition in (0, 1):
         for key in KEYS:
             assert store.get(partition, key) == model.get(partition, key), (partition, key)

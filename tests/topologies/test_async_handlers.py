@@ -20,7 +20,7 @@ from seqkeeper.runtime.protocol import Batch
 from seqkeeper.settings import Settings
 from seqkeeper.state.command_records import CommandStore
 from seqkeeper.state.memory import MemoryStore
-from seqkeeper.topologies.commands import CommandTopology
+from seqkeeper.topologies.command_worker import CommandTopology
 
 SETTINGS = Settings.of(
     bootstrap="unused",

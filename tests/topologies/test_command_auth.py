@@ -23,7 +23,7 @@ from seqkeeper.settings import SettingError, Settings
 from seqkeeper.state.command_records import CommandStore
 from seqkeeper.state.memory import MemoryStore
 from seqkeeper.state.tokens import TokenSigner
-from seqkeeper.topologies.commands import CommandTopology
+from seqkeeper.topologies.command_worker import CommandTopology
 
 KEY = ec.generate_private_key(ec.SECP256R1())
 SIGNER = TokenSigner(KEY, "k1", lifetime=60)

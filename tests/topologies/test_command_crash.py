@@ -58,7 +58,7 @@ from seqkeeper.runtime.protocol import Batch
 from seqkeeper.settings import Settings
 from seqkeeper.state.command_records import CommandStore
 from seqkeeper.topics import Record
-from seqkeeper.topologies.commands import CommandTopology
+from seqkeeper.topologies.command_worker import CommandTopology
 from tests.topologies.test_crash_consistency import LoggedStore, World, actions_for
 
 CONFIG = Settings.of(bootstrap="unused", topology="commands", command_retry_delay=0.5)

@@ -14,7 +14,7 @@ from seqkeeper.processors.command import receipt_id
 from seqkeeper.settings import Settings
 from seqkeeper.state.command_records import CommandStore, entity_key, pending_key
 from seqkeeper.state.memory import MemoryStore
-from seqkeeper.topologies.commands import CommandTopology
+from seqkeeper.topologies.command_worker import CommandTopology
 from tests.topologies.test_crash_consistency import LoggedStore
 
 SETTINGS = Settings.of(bootstrap="unused", topology="commands")

@@ -12,7 +12,7 @@ from seqkeeper.processors.command import Command, Event, Registry
 from seqkeeper.settings import Settings
 from seqkeeper.state.command_records import CommandStore
 from seqkeeper.state.memory import MemoryStore
-from seqkeeper.topologies.commands import CommandTopology
+from seqkeeper.topologies.command_worker import CommandTopology
 from tests.topologies.test_commands import cmd
 
 SETTINGS = Settings.of(bootstrap="unused", topology="commands", command_retry_delay=1.0)

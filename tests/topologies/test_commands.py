@@ -11,7 +11,7 @@ from seqkeeper.processors.inventory import registry
 from seqkeeper.settings import Settings
 from seqkeeper.state.command_records import CommandStore
 from seqkeeper.state.memory import MemoryStore
-from seqkeeper.topologies.commands import CommandTopology
+from seqkeeper.topologies.command_worker import CommandTopology
 
 SETTINGS = Settings.of(bootstrap="unused", topology="commands", command_retry_delay=1.0)
 

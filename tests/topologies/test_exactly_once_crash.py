@@ -1,6 +1,6 @@
 """Crash consistency of the ordered topology under exactly-once, with the
 runtime's own cycle (:class:`~seqkeeper.runtime.task.Task`, E2-E4) over the
-real store (:class:`~seqkeeper.state.rocksdb.FaustRocksStore`, ``atomic``,
+real store (:class:`~seqkeeper.state.rocksdb.LayeredPartitionStore`, ``atomic``,
 real RocksDBs) and transactions the test commits or aborts: each holds one
 cycle's changelog records, outputs and input position, all or nothing.
 
@@ -30,7 +30,7 @@ from seqkeeper.adapter.transactions import TransactionFailed
 from seqkeeper.runtime.task import Task
 from seqkeeper.settings import Settings
 from seqkeeper.state import codecs
-from seqkeeper.state.rocksdb import FaustRocksStore, apply_changelog
+from seqkeeper.state.rocksdb import LayeredPartitionStore, apply_changelog
 from seqkeeper.state.stores import Stores
 from seqkeeper.topics import Record
 from seqkeeper.topologies.ordered import OrderedTopology
@@ -115,7 +115,7 @@ class Worker:
         table = SimpleNamespace(
             name="state", changelog_topic=CHANGELOG, open_dbs=lambda: dbs, db_for=dbs.__getitem__
         )
-        store = FaustRocksStore(table, None, deferred=codecs.BUFFER, atomic=True)  # type: ignore[arg-type]
+        store = LayeredPartitionStore(table, None, deferred=codecs.BUFFER, atomic=True)  # type: ignore[arg-type]
         self.topology = OrderedTopology(config, Stores(store))
         self.task = Task(self.topology, store, Producer(), str, transactions=broker)  # type: ignore[arg-type]
         self.task.on_restored({0})

@@ -1,4 +1,4 @@
-"""The state queries' answers (topologies/queries.py), read from
+"""The state queries' answers (topologies/state_queries.py), read from
 topologies fed on an in-memory store (no broker): what the worker serves
 at /state/<key>, /entities/<tenant>/<id> and /commands/<messageId>."""
 
@@ -15,8 +15,8 @@ from seqkeeper.settings import Settings
 from seqkeeper.state.command_records import CommandStore
 from seqkeeper.state.memory import MemoryStore
 from seqkeeper.state.stores import Stores
-from seqkeeper.topologies import queries
-from seqkeeper.topologies.commands import CommandTopology
+from seqkeeper.topologies import state_queries as queries
+from seqkeeper.topologies.command_worker import CommandTopology
 from seqkeeper.topologies.ordered import OrderedTopology
 
 

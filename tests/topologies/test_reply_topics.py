@@ -18,7 +18,7 @@ from seqkeeper.runtime.task import Task
 from seqkeeper.settings import Settings
 from seqkeeper.state.command_records import CommandStore
 from seqkeeper.state.memory import MemoryStore
-from seqkeeper.topologies.commands import CommandTopology
+from seqkeeper.topologies.command_worker import CommandTopology
 from tests.reply_commands import add_stock as cmd
 
 SETTINGS = Settings.of(bootstrap="unused", topology="commands", app_id="shop")

@@ -15,7 +15,7 @@ from seqkeeper.processors.command import Command, Event, Registry, receipt_id
 from seqkeeper.settings import Settings
 from seqkeeper.state.command_records import CommandStore
 from seqkeeper.state.memory import MemoryStore
-from seqkeeper.topologies.commands import CommandTopology
+from seqkeeper.topologies.command_worker import CommandTopology
 from seqkeeper.topologies.user_calls import UserCalls
 from tests.topologies.test_async_handlers import record, replies
 

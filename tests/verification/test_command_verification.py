@@ -1,4 +1,4 @@
-"""The command storm's verification (seqkeeper.verification.commands), fed
+"""The command storm's verification (seqkeeper.verification.command_storm), fed
 by the command topology in memory: under exactly_once a repeated event
 fails it (the chaos ``commands`` scenario's check, issue 45 point 0);
 under at_least_once identical repeats are counted, not failures."""
@@ -12,8 +12,8 @@ from seqkeeper.settings import Settings
 from seqkeeper.state.command_records import CommandStore
 from seqkeeper.state.memory import MemoryStore
 from seqkeeper.topics import Record
-from seqkeeper.topologies.commands import CommandTopology
-from seqkeeper.verification.commands import storm, verify_commands
+from seqkeeper.topologies.command_worker import CommandTopology
+from seqkeeper.verification.command_storm import storm, verify_commands
 
 REPLIES = "storm.replies"
 NOW = 1.9e9  # (2030: the storm's expiresAt are in the past)

@@ -18,7 +18,7 @@ from seqkeeper.settings import Settings
 from seqkeeper.state import command_records as cmd
 from seqkeeper.state.base import Change
 from seqkeeper.state.memory import MemoryStore
-from seqkeeper.topologies.commands import CommandTopology
+from seqkeeper.topologies.command_worker import CommandTopology
 
 MAX_AGE = 3600.0
 SETTINGS = Settings.of(bootstrap="unused", topology="commands", receipt_max_age=MAX_AGE)

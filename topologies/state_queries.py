@@ -1,5 +1,5 @@
 """The topologies' state queries, served over HTTP by the worker that owns
-the key (:mod:`seqkeeper.runtime.queries` routes them):
+the key (:mod:`seqkeeper.runtime.query_routing` routes them):
 
 * ordered: ``GET /state/<key>``, a sequence key's state (:func:`key_state`);
 * commands: ``GET /entities/<tenant>/<id>`` (:func:`entity`) and
@@ -43,7 +43,7 @@ class OrderedState(Protocol):
 
 
 class CommandState(Protocol):
-    """What the command queries read of :class:`~seqkeeper.topologies.commands.CommandTopology`."""
+    """What the command queries read of :class:`~seqkeeper.topologies.command_worker.CommandTopology`."""
 
     @property
     def store(self) -> CommandStore: ...

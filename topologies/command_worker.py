@@ -100,7 +100,7 @@ from seqkeeper.state.base import Out
 from seqkeeper.state.command_records import CommandStore
 from seqkeeper.state.timers import Deadlines
 from seqkeeper.state.tokens import TokenKeys, load_keys
-from seqkeeper.topologies.queries import COMMANDS
+from seqkeeper.topologies.state_queries import COMMANDS
 from seqkeeper.topologies.user_calls import UserCalls
 
 log = logging.getLogger("seqkeeper.commands")
