@@ -1,4 +1,4 @@
-"""The ``guarantee`` section of the bench (issue 35), in the shared smoke
+"""The ``guarantee`` section of the bench, in the shared smoke
 run (tests/bench/conftest.py): measured on a broker with transactions, one
 n/a row on one without; and its clock, the committed input offsets, counts
 input records. Never a speed threshold."""

@@ -1,4 +1,4 @@
-"""The ``quix`` section of the bench (issue 47), in the shared smoke run
+"""The ``quix`` section of the bench, in the shared smoke run
 (tests/bench/conftest.py): seqkeeper beside Quix Streams where Quix can
 run, one n/a row saying why where it cannot; and the Quix app's per-key
 logic. Never a speed threshold."""

@@ -1,4 +1,4 @@
-"""A worker that waits for its broker (issue 32, item 4).
+"""A worker that waits for its broker.
 
 Unreachable at start: one line per attempt naming the address and the next
 delay (capped backoff), for up to ``SEQKEEPER_BROKER_WAIT`` seconds; then

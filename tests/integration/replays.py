@@ -1,5 +1,5 @@
-"""What a worker's log says each changelog partition replayed (issue 36:
-``table state: partition 0 (active) replayed ...``, parsed by
+"""What a worker's log says each changelog partition replayed
+(``table state: partition 0 (active) replayed ...``, parsed by
 :mod:`seqkeeper.bench.restarts`), and what the broker and the local state
 say it should have: counted in records and offsets, never in seconds."""
 

@@ -1,5 +1,5 @@
 """A sync ordered processor that blocks longer than the session timeout on
-one message (issue 44): it runs in a worker thread, so the worker keeps its
+one message: it runs in a worker thread, so the worker keeps its
 heartbeats and its partitions, other keys keep flowing, and the blocked
 call counts as timed out (SEQKEEPER_HANDLER_TIMEOUT) and is retried once it
 has returned."""

@@ -1,5 +1,5 @@
 """One record from a producer with a wrong clock cannot give up other keys'
-gaps (issue 44): the user's scenario through a real worker and broker."""
+gaps: the user's scenario through a real worker and broker."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """A crash between a command's entity write and its receipt write, on a real
-broker, under at_least_once (issue 44, point 7).
+broker, under at_least_once.
 
 No fault hook stops a worker between two writes of one command, so the test
 puts on the changelog what such a crash leaves there: the prefix of the

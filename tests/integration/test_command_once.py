@@ -1,5 +1,4 @@
-"""The command worker as a read_committed consumer sees it (issue 45, points
-0 and 4): two tenants send commands with the same messageIds, each record
+"""The command worker as a read_committed consumer sees it: two tenants send commands with the same messageIds, each record
 delivered one to three times (copies close together, so that a copy is
 often read before its command's dispatch is committed), and the worker is
 killed (``kill -9``) mid-stream and started again.

@@ -1,4 +1,4 @@
-"""Readers outside the worker see committed data only (issue 45): on Apache
+"""Readers outside the worker see committed data only: on Apache
 Kafka, records of aborted transactions (a transactional producer that
 aborts; an exactly_once worker killed mid-transaction) reach no snapshot,
 audit row, replay, ``inspect`` answer or client reply, and a transaction

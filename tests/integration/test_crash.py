@@ -2,7 +2,7 @@
 per-key order; under at_least_once what it emits again is byte-identical
 (counted), under exactly_once a read_committed reader sees nothing twice.
 It keeps its local state and replays only the changelog records after the
-offset that state holds (issue 36)."""
+offset that state holds."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Reply addresses against a real broker (issue 44): commands whose replyTo
+"""Reply addresses against a real broker: commands whose replyTo
 names the worker's changelog, its leader topic, its command topic or
 ``__consumer_offsets`` are dead-lettered ``invalid-reply-to`` and not
 applied, and those topics receive no reply; on Apache Kafka without topic

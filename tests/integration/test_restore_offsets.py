@@ -1,5 +1,5 @@
 """Local state whose changelog offset lies outside its changelog is reset
-and rebuilt from the changelog, never used (issue 36): the topic was
+and rebuilt from the changelog, never used: the topic was
 deleted and recreated (its offset is past the end; Faust would stop with a
 ``ConsistencyError``), or records after it were deleted (before the log
 start: its tail cannot be replayed). Counted in offsets and records."""

@@ -1,4 +1,4 @@
-"""A restore from the changelog, seen from outside (issue 36, part 3): the
+"""A restore from the changelog, seen from outside: the
 worker says per partition how far it is (log lines with totals and an ETA,
 the ``seqkeeper_restore_remaining_records`` gauge), ``/ready`` answers 503
 while it restores and 200 once it runs, and ``/health`` answers 200

@@ -1,4 +1,4 @@
-"""Standby replicas (``SEQKEEPER_STANDBY_REPLICAS``, issue 36): each worker
+"""Standby replicas (``SEQKEEPER_STANDBY_REPLICAS``): each worker
 keeps a warm copy of the other's partitions, applied a fetch at a time;
 when one is killed, the survivor's restore of the partitions it takes over
 replays only what its copy lacked, and nothing is lost or out of order.

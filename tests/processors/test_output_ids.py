@@ -1,4 +1,4 @@
-"""Output messageIds are unique (issue 45, point 4): a command's outputs are
+"""Output messageIds are unique: a command's outputs are
 scoped by its tenant, a processor's by its input key, since input
 messageIds are unique only there; and they are deterministic, so an output
 made again carries the same id."""

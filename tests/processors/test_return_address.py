@@ -90,7 +90,7 @@ def test_illegal_names_are_never_allowed(name: str) -> None:
 
 def test_what_the_default_allows() -> None:
     """The client's default reply topic, the examples' and the CLI's pass;
-    the worker's own topics and Kafka's, the ones issue 44 tried, do not."""
+    the worker's own topics and Kafka's, the ones tried before, do not."""
     default = policy(parse_patterns("*replies"))
     for ok in ("seqkeeper-client.replies", "shop-client.replies", "seqkeeper-send.replies",
                "commands.replies", "replies"):  # fmt: skip

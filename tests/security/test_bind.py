@@ -1,4 +1,4 @@
-"""Every listener binds where it is told (issue 44, point 1), seen as a user
+"""Every listener binds where it is told, seen as a user
 sees it: real worker processes, ``seqkeeper broker``, Spark, and TCP
 connections made to this machine's own non-loopback address.
 

@@ -1,5 +1,5 @@
-"""Hostile HTTP input against real workers' web servers (issue 44, point 6,
-the HTTP endpoints): a property-based campaign of raw requests, written
+"""Hostile HTTP input against real workers' web servers
+(the HTTP endpoints): a property-based campaign of raw requests, written
 byte by byte on a TCP socket, against two ordered workers and two command
 workers (two per group, so queries are redirected between them too), with
 ``SEQKEEPER_HTTP_TOKEN`` set.

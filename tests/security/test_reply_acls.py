@@ -1,5 +1,5 @@
 """A reply topic the worker may not write, on Apache Kafka with the
-StandardAuthorizer (issue 44): the command worker, granted the documented
+StandardAuthorizer: the command worker, granted the documented
 ACLs for another reply topic only (and Describe on this one), dead-letters
 the reply ``reply-undeliverable`` instead of failing its transaction; the
 command is applied once and the later commands are answered."""

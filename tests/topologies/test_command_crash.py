@@ -1,4 +1,4 @@
-"""The command topology under crashes anywhere, without a broker (issue 44, point 7).
+"""The command topology under crashes anywhere, without a broker.
 
 The world of ``test_crash_consistency`` (an in-memory store whose writes
 go to a simulated changelog, the runtime's outbox cycle, crashes that keep
@@ -359,7 +359,7 @@ def run(world: CommandWorld, sent: list[Sent], script: list[tuple]) -> None:  # 
 
 
 scripts = st.lists(st.one_of(st.just(("record",)), actions), min_size=5, max_size=80)
-#: Found by this test on the code before the fix (issue 44, point 7): a
+#: Found by this test on the code before the fix: a
 #: crash keeps the entity record of ``m0`` (state, version and outbox) but
 #: not its receipt; the sweep dispatches the outbox and the rebalance's
 #: cycle confirms it, leaving no trace of ``m0`` but its effect; the copy
@@ -379,7 +379,7 @@ RETRY_SWEPT_WHILE_PROCESSING = (
     [("record",), ("record",), ("rebalance",), ("tick",), ("crash", 0.25, None)],
 )
 
-#: Found by this test on the code before the fix (issue 44, point 7): a quiet
+#: Found by this test on the code before the fix: a quiet
 #: command (no event, no replyTo) left no outbox entry; a crash kept its
 #: entity record (the new version) but not its receipt, and the copy read
 #: again from the committed offset was applied a second time.

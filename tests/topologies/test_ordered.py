@@ -86,7 +86,7 @@ def test_queued_outputs_are_not_tracked_by_the_garbage_collector() -> None:
     """Every message queues two outputs until the next outbox cycle; as plain
     tuples of bytes the collector stops traversing them at its first pass
     (a dataclass or a tuple subclass stays tracked: every collection
-    traverses it until the cycle takes it, issue 7)."""
+    traverses it until the cycle takes it)."""
     topology = run("")
     records = topology.outbox.records
     assert len(records) == 3  # two accepted (deduped), one of them released (ordered)

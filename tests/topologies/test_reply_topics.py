@@ -2,7 +2,7 @@
 on an in-memory store: a replyTo that names the worker's own topics (or any
 topic not allowed) is dead-lettered before anything is applied; a reply
 whose topic the broker would not take goes to the dead letters instead of
-failing the cycle, the command applied once (issue 44)."""
+failing the cycle, the command applied once."""
 
 from __future__ import annotations
 

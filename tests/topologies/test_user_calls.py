@@ -1,4 +1,4 @@
-"""Sync user functions in worker threads (issue 44): the loop goes on while
+"""Sync user functions in worker threads: the loop goes on while
 one blocks, the timeout applies, a stuck call's key gets no second call
 until it returns, and the stuck threads are bounded."""
 

@@ -1,6 +1,6 @@
 """The command storm's verification (seqkeeper.verification.command_storm), fed
 by the command topology in memory: under exactly_once a repeated event
-fails it (the chaos ``commands`` scenario's check, issue 45 point 0);
+fails it (the chaos ``commands`` scenario's check);
 under at_least_once identical repeats are counted, not failures."""
 
 from __future__ import annotations
