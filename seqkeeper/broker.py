@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import os
+import random
 import shutil
 import signal
 import socket
@@ -84,8 +85,32 @@ def listen_here(host: str, port: int) -> None:
         sock.bind((host, port))
 
 
+#: Where :func:`free_port` looks: below the kernel's ephemeral range.
+PORTS_BELOW_EPHEMERAL = 12288
+
+
+def _ephemeral_low() -> int:
+    """The first port of the range the kernel takes the local ports of
+    outgoing connections from (Linux's default starts at 32768)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_port(host: str = LOOPBACK) -> int:
-    """Return a TCP port on ``host`` (default 127.0.0.1) that is free right now."""
+    """Return a TCP port on ``host`` (default 127.0.0.1) that is free right
+    now, chosen at random below the kernel's ephemeral range: a port found
+    free there (what binding port 0 gives) can be taken as the local port of
+    any outgoing connection before the server binds it, and with several
+    processes starting brokers and workers at once, sometimes is."""
+    low = _ephemeral_low()
+    if low - PORTS_BELOW_EPHEMERAL >= 1024:
+        pick = random.SystemRandom()  # (forked processes share random's seed)
+        for _ in range(64):
+            port = pick.randrange(low - PORTS_BELOW_EPHEMERAL, low)
+            if port_is_free(host, port):
+                return port
     with socket.socket(_family(host), socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
         return int(sock.getsockname()[1])
