@@ -45,8 +45,12 @@ bench: $(STAMP) java
 bench-core: $(STAMP)
 	$(BIN)/python -m seqkeeper.bench.core
 
+# Test processes (pytest-xdist; 0: one process): the tests mostly wait on
+# brokers and timers, so more processes than cores shorten the run.
+PYTEST_WORKERS ?= 4
+
 test: $(STAMP) java
-	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=40 $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=40 -n $(PYTEST_WORKERS) $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -123,10 +123,59 @@ def spark() -> Iterator[Any]:
     session.stop()
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Every test that talks to the test broker is an integration test, so
     ``-m integration`` selects exactly the broker-dependent ones (the CI's
     Apache Kafka pass)."""
     for item in items:
         if "broker" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.integration)
+    if hasattr(config, "workerinput"):  # an xdist worker: see pytest_xdist_make_scheduler
+        # stable: a file's tests keep their order (and, but for a file
+        # mixing unit and broker tests, stay together)
+        items.sort(key=_longest_first)
+
+
+#: Test files whose tests share one costly session fixture, run by one xdist
+#: worker so that it is set up once (the bench's smoke run: every section).
+SHARED_SESSION_DIRS = ("tests/bench/",)
+
+#: Files that take minutes though they hold few tests (one long run each):
+#: they start first, so the run does not end waiting on one of them alone.
+LONG_FILES = (
+    "tests/bench/",
+    "tests/verification/test_chaos.py",
+    "tests/spark_sink/test_erasure_store.py",
+    "tests/integration/test_committed_readers.py",
+    "tests/spark_sink/test_rest_catalog.py",
+    "tests/spark_sink/test_follow.py",
+    "tests/spark_sink/test_iceberg.py",
+    "tests/security/test_cli_tools_secured.py",
+    "tests/security/test_roles.py",
+    "tests/spark_sink/test_kill.py",
+)
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """With ``-n`` (pytest-xdist): a file's tests run on one worker, so a
+    file's module fixtures (a secured broker, a worker) start once, and
+    :data:`SHARED_SESSION_DIRS` run together; in the order the workers
+    collected them (:func:`pytest_collection_modifyitems`), not xdist's
+    (most tests first). The tests mostly wait on timers and brokers, so more
+    workers than cores shorten the run."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByFile(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return next((d for d in SHARED_SESSION_DIRS if path.startswith(d)), path)
+
+    config.option.loadscopereorder = False
+    return ByFile(config, log)
+
+
+def _longest_first(item: pytest.Item) -> tuple[int, bool]:
+    """:data:`LONG_FILES` first, then the files of broker tests."""
+    path = item.nodeid.split("::", 1)[0]
+    long = next((i for i, f in enumerate(LONG_FILES) if path.startswith(f)), len(LONG_FILES))
+    return long, item.get_closest_marker("integration") is None

@@ -29,7 +29,7 @@ TINY = Sizes(
 SESSION_TIMEOUT = 6.0
 
 #: pytest's bound on the test that sets the smoke run up: every section runs
-#: inside that one fixture, and under CI's three concurrent passes the whole
+#: inside that one fixture, and beside CI's other test processes the whole
 #: run outlasted the default 600 s on Apache Kafka while each section was
 #: still within its own bounds (a warm-up waits 180 s at most, a soak round
 #: 120 s), so this only stops a run that hangs.
