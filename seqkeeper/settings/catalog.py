@@ -88,7 +88,7 @@ class Settings:
             if value is None:
                 continue
             v = VARS[name]
-            if isinstance(value, str) and v.parse is not str:
+            if isinstance(value, str) and (v.parse is not str or v.check is not None):
                 try:  # a flag's text is checked as the variable's would be
                     value = v.value(value)
                 except ValueError as e:
