@@ -108,8 +108,8 @@ def tune_interpreter(settings: Settings) -> None:
     once the app is built): modules, classes and the app live as long as
     the process, and a full collection no longer examines them: full
     collections become shorter pauses."""
-    gc.set_threshold(*settings.runtime.gc_thresholds())
-    sys.setswitchinterval(settings.runtime.switch_seconds())
+    gc.set_threshold(*settings.runtime.gc_threshold)
+    sys.setswitchinterval(settings.runtime.switch_interval)
     gc.collect()
     gc.freeze()
 
@@ -124,7 +124,8 @@ def run_worker(settings: Settings) -> None:
     from seqkeeper.state.integrity import refused_state
     from seqkeeper.topologies import command_worker, ordered
 
-    # a token that cannot be used fails before any broker, as a bad value does
+    # a token file that cannot be used fails before any broker, as a bad value
+    # does (the file is read when needed: RuntimeSettings.query_token says why)
     settings.runtime.query_token()
 
     # how every client of this process connects (seqkeeper.security): a

@@ -1,4 +1,4 @@
-"""Settings (seqkeeper/settings.py): declared once, grouped, read only there."""
+"""Settings (seqkeeper/settings/): declared once, grouped, read only there."""
 
 from __future__ import annotations
 
@@ -20,12 +20,12 @@ from seqkeeper.worker import tune_interpreter
 
 def test_gc_thresholds_default_env_and_errors(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("SEQKEEPER_GC_THRESHOLD", raising=False)
-    assert Settings().runtime.gc_thresholds() == (5000, 20, 50)
+    assert Settings().runtime.gc_threshold == (5000, 20, 50)
     monkeypatch.setenv("SEQKEEPER_GC_THRESHOLD", "700, 10, 10")
-    assert Settings().runtime.gc_thresholds() == (700, 10, 10)
+    assert Settings().runtime.gc_threshold == (700, 10, 10)
     for bad in ("700,10", "a,b,c", "700,-1,10", ""):
         with pytest.raises(ValueError, match="three non-negative integers"):
-            Settings.of(gc_threshold=bad).runtime.gc_thresholds()
+            Settings.of(gc_threshold=bad)
 
 
 def test_the_worker_applies_the_thresholds_and_the_switch_interval() -> None:
@@ -46,12 +46,12 @@ def test_the_worker_applies_the_thresholds_and_the_switch_interval() -> None:
 
 def test_switch_interval_default_env_and_errors(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("SEQKEEPER_SWITCH_INTERVAL", raising=False)
-    assert Settings().runtime.switch_seconds() == 0.05
+    assert Settings().runtime.switch_interval == 0.05
     monkeypatch.setenv("SEQKEEPER_SWITCH_INTERVAL", "0.005")
-    assert Settings().runtime.switch_seconds() == 0.005
+    assert Settings().runtime.switch_interval == 0.005
     for bad in (0.0, -1.0, float("nan")):
         with pytest.raises(ValueError, match="switch interval must be a positive number"):
-            Settings.of(switch_interval=bad).runtime.switch_seconds()
+            Settings.of(switch_interval=bad)
 
 
 def test_fetch_wait_in_milliseconds_default_env_rounding_and_errors(
@@ -147,7 +147,7 @@ def test_the_readme_table_is_generated_from_the_declarations() -> None:
 
 
 def test_no_module_reads_a_declared_variable_itself() -> None:
-    """Only seqkeeper/settings.py turns a variable into a value: a second
+    """Only seqkeeper/settings/ turns a variable into a value: a second
     reader would be a second default and a second parser."""
     declared = {v.env for v in VARS.values()}
     tracked = subprocess.run(
@@ -160,7 +160,7 @@ def test_no_module_reads_a_declared_variable_itself() -> None:
         if (
             path.is_symlink()
             or name.startswith(("tests/", "examples/"))
-            or name == "seqkeeper/settings.py"
+            or name.startswith("seqkeeper/settings/")
         ):
             continue
         for node in ast.walk(ast.parse(path.read_text())):
@@ -282,9 +282,8 @@ def test_the_http_token_is_checked_and_never_quoted(
     secret = tmp_path / "token"
     secret.write_text(TOKEN + "\r\n")
     assert Settings.of(http_token_file=str(secret)).runtime.query_token() == TOKEN
-    both = Settings.of(http_token=TOKEN, http_token_file=str(secret))
     with pytest.raises(SettingError, match="both SEQKEEPER_HTTP_TOKEN and SEQKEEPER_HTTP_TOKEN_"):
-        both.runtime.query_token()
+        Settings.of(http_token=TOKEN, http_token_file=str(secret))
     for text, reason in [
         ("", "the file is empty"),
         ("short\n", "at least 16"),
@@ -344,3 +343,90 @@ def test_changelog_topics_keep_tombstones_a_day_or_the_key_retention() -> None:
     assert configs(3 * 24 * 3600.0) == {"delete.retention.ms": str(3 * day)}
     assert configs(math.inf) == {"delete.retention.ms": str(day)}
     assert Settings.of(bootstrap="-").ordered.key_retention_policy().idle == 7 * 24 * 3600.0
+
+
+# -- a bad value fails when the settings are built, not where it is used --------
+
+#: A bad value of each setting that was once checked only where it was used
+#: (issue 48), and the line building the settings now fails with.
+CHECKED_AT_LOAD = [
+    (
+        {"SEQKEEPER_GC_THRESHOLD": "700,10"},
+        "SEQKEEPER_GC_THRESHOLD='700,10': expected three non-negative integers such as 5000,20,50",
+    ),
+    (
+        {"SEQKEEPER_SWITCH_INTERVAL": "0"},
+        "SEQKEEPER_SWITCH_INTERVAL='0': switch interval must be a positive number of "
+        "seconds, got 0.0",
+    ),
+    (
+        {"SEQKEEPER_HTTP_TOKEN": TOKEN, "SEQKEEPER_HTTP_TOKEN_FILE": "/run/secrets/token"},
+        "both SEQKEEPER_HTTP_TOKEN and SEQKEEPER_HTTP_TOKEN_FILE are set: set one of them (the "
+        "token, or the file that holds it)",
+    ),
+    (
+        {"SEQKEEPER_COMMAND_AUTH": "jwt"},
+        "SEQKEEPER_COMMAND_AUTH=jwt needs SEQKEEPER_JWT_KEYS: a JWKS file or a directory of "
+        "<kid>.pem public keys",
+    ),
+    (
+        {"SEQKEEPER_AUDIT_KEY": TOKEN, "SEQKEEPER_AUDIT_KEY_FILE": "/run/secrets/key"},
+        "both SEQKEEPER_AUDIT_KEY and SEQKEEPER_AUDIT_KEY_FILE are set: unset one of them",
+    ),
+    (
+        {
+            "SEQKEEPER_AUDIT_DECRYPT_KEYS": TOKEN,
+            "SEQKEEPER_AUDIT_DECRYPT_KEYS_FILE": "/run/secrets/olds",
+        },
+        "both SEQKEEPER_AUDIT_DECRYPT_KEYS and SEQKEEPER_AUDIT_DECRYPT_KEYS_FILE are set: "
+        "unset one of them",
+    ),
+]
+
+
+@pytest.mark.parametrize(("environ", "line"), CHECKED_AT_LOAD)
+def test_a_bad_value_fails_when_the_settings_are_loaded(
+    monkeypatch: pytest.MonkeyPatch, environ: dict[str, str], line: str
+) -> None:
+    """Each of these was checked only where it was used (the worker's
+    start, its web server, the command worker, the audit key's reader):
+    building the settings fails now, in one line naming the variables,
+    never quoting a secret."""
+    for v in VARS.values():
+        monkeypatch.delenv(v.env, raising=False)
+    for name, text in environ.items():
+        monkeypatch.setenv(name, text)
+    with pytest.raises(SettingError) as caught:
+        Settings()
+    assert str(caught.value) == line
+    assert TOKEN not in str(caught.value)
+
+
+def test_a_value_given_typed_is_checked_when_the_settings_are_built() -> None:
+    """A value given already typed (an override, ``dataclasses.replace``)
+    skips the parser, not the check: it was checked only where the worker
+    used it (its fetch wait, its switch interval, its message shape)."""
+    from dataclasses import replace
+
+    for overrides, line in [
+        (
+            {"fetch_max_wait": -0.001},
+            "SEQKEEPER_FETCH_MAX_WAIT='-0.001': fetch max wait must be a non-negative number "
+            "of seconds, got -0.001",
+        ),
+        (
+            {"switch_interval": math.nan},
+            "SEQKEEPER_SWITCH_INTERVAL='nan': switch interval must be a positive number of "
+            "seconds, got nan",
+        ),
+    ]:
+        with pytest.raises(SettingError) as caught:
+            Settings.of(**overrides)
+        assert str(caught.value) == line
+    ordered = Settings.of(bootstrap="-").ordered
+    for name in ("key_field", "seq_field", "message_id_field", "event_time_field"):
+        with pytest.raises(SettingError) as caught:
+            replace(ordered, **{name: "a..b"})
+        assert str(caught.value) == (
+            f"{VARS[name].env}='a..b': expected a dotted path of field names, such as meta.key"
+        )

@@ -82,7 +82,7 @@ def private_uses(source: str) -> set[str]:
 #: than ``self``, by file: (receiver, name), each on an object of ours.
 OWN_ELSEWHERE: dict[str, frozenset[tuple[str, str]]] = {
     # Secret.__eq__: ``other`` is a Secret (checked by isinstance)
-    "seqkeeper/settings.py": frozenset({("other", "_value")}),
+    "seqkeeper/settings/variables.py": frozenset({("other", "_value")}),
     # Stores.buffer and Stores.seen point their reusable views at a key
     "seqkeeper/state/stores.py": frozenset({("view", "_partition"), ("view", "_key")}),
 }
