@@ -18,10 +18,10 @@ The package:
 
 - :mod:`~seqkeeper.settings.variables`: the machinery (:class:`Var`,
   :func:`var`, :class:`Group`) and the parsers and checks;
-- a module per group, named as the group: :mod:`~seqkeeper.settings.broker`,
-  :mod:`~seqkeeper.settings.security`, :mod:`~seqkeeper.settings.runtime`,
-  :mod:`~seqkeeper.settings.ordered`, :mod:`~seqkeeper.settings.commands`,
-  :mod:`~seqkeeper.settings.spark`;
+- a module per group, named after it: :mod:`~seqkeeper.settings.broker_settings`,
+  :mod:`~seqkeeper.settings.security_settings`, :mod:`~seqkeeper.settings.runtime_settings`,
+  :mod:`~seqkeeper.settings.ordered_settings`, :mod:`~seqkeeper.settings.command_settings`,
+  :mod:`~seqkeeper.settings.spark_settings`;
 - :mod:`~seqkeeper.settings.catalog`: :data:`GROUPS`, :data:`VARS` and
   :class:`Settings`;
 - :mod:`~seqkeeper.settings.markdown`: the README's table
@@ -34,20 +34,20 @@ layer (state, topologies, the Spark side, the shell) may read it.
 
 from __future__ import annotations
 
-from seqkeeper.settings.broker import BrokerSettings
+from seqkeeper.settings.broker_settings import BrokerSettings
 from seqkeeper.settings.catalog import GROUPS, VARS, Settings, effective
-from seqkeeper.settings.commands import EXAMPLE_HANDLERS, CommandSettings
+from seqkeeper.settings.command_settings import EXAMPLE_HANDLERS, CommandSettings
 from seqkeeper.settings.markdown import markdown_table
-from seqkeeper.settings.ordered import OrderedSettings
-from seqkeeper.settings.runtime import TOPOLOGIES, Guarantee, RuntimeSettings
-from seqkeeper.settings.security import (
+from seqkeeper.settings.ordered_settings import OrderedSettings
+from seqkeeper.settings.runtime_settings import TOPOLOGIES, Guarantee, RuntimeSettings
+from seqkeeper.settings.security_settings import (
     MECHANISMS,
     PROTOCOLS,
     SecuritySettings,
     security_env_names,
     security_problem,
 )
-from seqkeeper.settings.spark import SparkSettings
+from seqkeeper.settings.spark_settings import SparkSettings
 from seqkeeper.settings.variables import (
     MIN_TOKEN_CHARS,
     Group,

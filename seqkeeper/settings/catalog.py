@@ -9,12 +9,12 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from seqkeeper.settings.broker import BrokerSettings
-from seqkeeper.settings.commands import CommandSettings
-from seqkeeper.settings.ordered import OrderedSettings
-from seqkeeper.settings.runtime import RuntimeSettings
-from seqkeeper.settings.security import SecuritySettings
-from seqkeeper.settings.spark import SparkSettings
+from seqkeeper.settings.broker_settings import BrokerSettings
+from seqkeeper.settings.command_settings import CommandSettings
+from seqkeeper.settings.ordered_settings import OrderedSettings
+from seqkeeper.settings.runtime_settings import RuntimeSettings
+from seqkeeper.settings.security_settings import SecuritySettings
+from seqkeeper.settings.spark_settings import SparkSettings
 from seqkeeper.settings.variables import Secret, SettingError, Var
 
 GROUPS: dict[str, type] = {
