@@ -193,3 +193,41 @@ def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
 
 def test_no_import_cycles() -> None:
     assert cycles(graph()) == []
+
+
+#: docs/architecture.md's names of the layers, as ALLOWED names them.
+DOC_NAMES = {
+    "processors": "seqkeeper.processors",
+    "settings": "seqkeeper.settings",
+    "security": "seqkeeper.security",
+    "state": "seqkeeper.state",
+    "adapter": "seqkeeper.adapter",
+    "spark_sink": "seqkeeper.spark_sink",
+    "topologies": "seqkeeper.topologies",
+    "runtime": "seqkeeper.runtime",
+    "runtime/protocol.py": "seqkeeper.runtime.protocol",
+}
+
+
+def documented_layers(text: str) -> dict[str, set[str]]:
+    """The layers drawn in docs/architecture.md's *Layers and lifecycle*:
+    each row's layer (its first column) and what it may import (the last)."""
+    block = text.split("## Layers and lifecycle", 1)[1].split("```", 2)[1]
+    drawn: dict[str, set[str]] = {}
+    for row in block.strip().splitlines():
+        where = row.split()[0].removeprefix("seqkeeper/").removesuffix("/").removesuffix(".py")
+        if where not in DOC_NAMES:
+            continue  # (the shell's row)
+        below = row.rsplit("  ", 1)[1].split("(")[0].strip()
+        names = set() if below == "nothing" else {n.strip() for n in below.split(",")}
+        drawn[DOC_NAMES[where]] = {DOC_NAMES[n] for n in names}
+    return drawn
+
+
+def test_the_architecture_document_draws_the_layers_as_they_are() -> None:
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    layers = {k: v for k, v in ALLOWED.items() if k != "seqkeeper.runtime.protocol"}
+    assert documented_layers(text) == layers
+    # a row that says less than the rule is seen
+    wrong = text.replace("nothing (no Kafka", "settings (no Kafka", 1)
+    assert documented_layers(wrong) != layers
