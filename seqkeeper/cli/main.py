@@ -1,4 +1,4 @@
-"""The ``seqkeeper`` command line."""
+"""The ``seqkeeper`` command line: the app and its commands."""
 
 from __future__ import annotations
 
