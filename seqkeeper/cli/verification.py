@@ -212,6 +212,7 @@ def chaos(
         data = write_report(report, run, say=lambda text: console.print(f"warning: {text}"))
         console.print(f"report written to {report} (column {run.broker!r}; runs in {data})")
     # this run's outcomes only: another broker's failure in the report is not this run's
+    exit_with(0 if all(o.ok for o in outcomes) and not runner.probe_error else 1)
 
 
 def demo(
