@@ -1,25 +1,7 @@
-"""What a command prints when it fails for a reason the user can fix: one
-line and an exit code (docs/operations.md), mapped here once for every
-command, by :func:`one_line` (:func:`seqkeeper.cli.in_one_line` applies
-it to each).
-
-* exit 2, something to correct before running again: a bad setting or flag
-  (:class:`~seqkeeper.settings.SettingError`), a module that does not load
-  (:class:`~seqkeeper.plugins.PluginError`), a missing audit key, a topic
-  that does not exist (:class:`~seqkeeper.topics.UnknownTopic`), a broker
-  address where none answers, an Iceberg REST catalog that does not answer
-  (:class:`~seqkeeper.spark_sink.tables.CatalogUnavailable`);
-* exit 1, the broker refused: credentials or a certificate
-  (:class:`~seqkeeper.security.SecurityFailure`, also when aiokafka only
-  logged the cause), an ACL (:class:`~seqkeeper.permissions.PermissionDenied`,
-  and aiokafka's own authorization errors, named the same way: the user,
-  the resource and the ``kafka-acls.sh`` command that grants it), a topic
-  it would not create.
-
-The commands check ahead what they will use (:mod:`seqkeeper.access`,
-:func:`seqkeeper.cli.check_connection`), so these lines come before
-anything is written; aiokafka's authorization errors are mapped too for a
-permission taken away while a command runs.
+"""A refusal by the broker named in one line: who was refused, what, and
+what to do (:func:`refusal`), for the commands' map of failures
+(:mod:`seqkeeper.cli.errors`) and for :mod:`seqkeeper.client`'s callers.
+aiokafka's errors say neither who nor what to grant.
 """
 
 from __future__ import annotations
@@ -27,42 +9,8 @@ from __future__ import annotations
 from pathlib import PurePath
 
 from seqkeeper.permissions import PermissionDenied, denied, principal_of
-from seqkeeper.plugins import PluginError
 from seqkeeper.security import BrokerRefused, ClientSecurity, failure, security_cause
 from seqkeeper.settings import SettingError, Settings
-from seqkeeper.topics import TopicsNotCreated, UnknownTopic
-
-#: Exit codes (docs/operations.md).
-REFUSED = 1
-USAGE = 2
-
-
-def one_line(
-    exc: BaseException, settings: Settings | None, logged_cause: str | None = None
-) -> tuple[str, int] | None:
-    """The line (without ``error:``) and exit code of ``exc``, raised by a
-    command run with ``settings`` (None: the environment's could not be
-    read); ``logged_cause``: a security failure aiokafka logged meanwhile
-    (:func:`seqkeeper.security.watching`). None: not a failure of this
-    kind (a bug: its traceback is wanted)."""
-    from aiokafka.errors import KafkaConnectionError
-
-    from seqkeeper.spark_sink.crypto import AuditKeyError
-    from seqkeeper.spark_sink.tables import CatalogUnavailable
-
-    if isinstance(exc, TopicsNotCreated):
-        return str(exc), REFUSED
-    if isinstance(
-        exc, SettingError | PluginError | AuditKeyError | UnknownTopic | CatalogUnavailable
-    ):
-        return str(exc), USAGE
-    refused = refusal(exc, settings, logged_cause)
-    if refused is not None:
-        return str(refused), REFUSED
-    if isinstance(exc, KafkaConnectionError) and settings is not None:
-        # (aiokafka's "Unable to bootstrap from [...]" says no more)
-        return f"cannot reach a Kafka broker at {settings.broker.bootstrap}", USAGE
-    return None
 
 
 def refusal(

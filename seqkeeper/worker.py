@@ -26,7 +26,6 @@ from seqkeeper.broker import (
     port_is_free,
 )
 from seqkeeper.permissions import (
-    PermissionDenied,
     check_access,
     check_topics,
     is_anonymous,
@@ -35,15 +34,24 @@ from seqkeeper.permissions import (
 from seqkeeper.plugins import PluginError, load_codec, load_processor, load_registry
 from seqkeeper.processors.command import Registry
 from seqkeeper.runtime.protocol import Wiring
-from seqkeeper.security import ClientSecurity, SecurityFailure, install
+from seqkeeper.security import ClientSecurity, install
 from seqkeeper.settings import EXAMPLE_HANDLERS, VARS, SettingError, Settings
-from seqkeeper.topics import TopicsNotCreated, create_topics
-from seqkeeper.wait import BrokerUnreachable, broker_answers, wait_for_broker
+from seqkeeper.topics import create_topics
+from seqkeeper.wait import broker_answers, wait_for_broker
 
 if TYPE_CHECKING:
     from seqkeeper.runtime.task import LocalState, Member
 
 _local: list[LocalBroker] = []
+
+
+class NewerState(RuntimeError):
+    """The worker's local state was written by a newer release: it is
+    refused before anything opens it (exit 4, :mod:`seqkeeper.cli.errors`)."""
+
+
+class WebAddressUnusable(RuntimeError):
+    """The web server cannot listen where the settings say (exit 1)."""
 
 
 def current_local() -> LocalBroker | None:
@@ -67,14 +75,11 @@ def broker_for(settings: Settings) -> Iterator[Settings]:
         yield settings
         return
     if settings.security.security_protocol != "PLAINTEXT":
-        print(
-            f"error: {VARS['security_protocol'].env}={settings.security.security_protocol}, but "
+        raise SettingError(
+            f"{VARS['security_protocol'].env}={settings.security.security_protocol}, but "
             f"the broker started when {VARS['bootstrap'].env} is empty listens on PLAINTEXT only: "
-            "give the secured cluster's address",
-            file=sys.stderr,
-            flush=True,
+            "give the secured cluster's address"
         )
-        raise SystemExit(2)
     local = local_broker(settings)
     if isinstance(local, KafkaBroker):
         print(f"starting Apache Kafka from {local.home} ...", flush=True)
@@ -115,9 +120,11 @@ def tune_interpreter(settings: Settings) -> None:
 
 
 def run_worker(settings: Settings) -> None:
-    """Run the worker in the foreground until SIGINT/SIGTERM (graceful stop)."""
+    """Run the worker in the foreground until SIGINT/SIGTERM (graceful stop).
+    What stops it before it runs (a setting, the user's code, the broker, an
+    ACL, its state) is raised, typed: ``seqkeeper worker`` says it in one
+    line (:mod:`seqkeeper.cli.errors`)."""
 
-    from seqkeeper.adapter.store import NEWER_STATE_EXIT
     from seqkeeper.runtime.guarantee import choose_guarantee
     from seqkeeper.runtime.task import LocalState, previous_members
     from seqkeeper.runtime.wiring import build_app
@@ -129,21 +136,13 @@ def run_worker(settings: Settings) -> None:
     settings.runtime.query_token()
 
     # how every client of this process connects (seqkeeper.security): a
-    # password file or a TLS file that cannot be read fails here, in one line
-    try:
-        security = ClientSecurity.of(settings.security)
-        security.ssl_context()
-    except SettingError as e:
-        print(f"error: {e}", file=sys.stderr, flush=True)
-        raise SystemExit(2) from None
+    # password file or a TLS file that cannot be read fails here (SettingError)
+    security = ClientSecurity.of(settings.security)
+    security.ssl_context()
     install(security)
     # the principal the missing-ACL lines name: rules or a certificate that
     # cannot be read fail here too, before any broker
-    try:
-        principal = "" if is_anonymous(settings) else principal_of(settings)
-    except SettingError as e:
-        print(f"error: {e}", file=sys.stderr, flush=True)
-        raise SystemExit(2) from None
+    principal = "" if is_anonymous(settings) else principal_of(settings)
 
     check_web_address(settings)
 
@@ -174,8 +173,7 @@ def run_worker(settings: Settings) -> None:
         # state a newer release wrote is refused before anything opens it
         refused = refused_state(Path(app.conf.tabledir))
         if refused is not None:
-            print(f"error: {refused}", file=sys.stderr, flush=True)
-            raise SystemExit(NEWER_STATE_EXIT)
+            raise NewerState(refused)
         local = LocalState(settings.runtime.data_dir, Path(app.conf.tabledir))
         app.check_first(local.open(lambda line: print(line, flush=True)))
         keep_member_ids(settings, local)
@@ -276,8 +274,10 @@ def await_broker_and_topics(settings: Settings) -> None:
     """Wait until the broker answers, then create the worker's topics; both
     retried while no broker answers, for up to ``settings.broker.broker_wait``
     seconds (:func:`seqkeeper.wait.wait_for_broker`: a line per attempt).
-    Then exit 1 with a line naming the address, without a traceback; a stop
-    (Ctrl-C, SIGTERM) during the wait exits 0."""
+    Then :class:`~seqkeeper.wait.BrokerUnreachable` naming the address (as
+    a refusal, a :class:`~seqkeeper.security.BrokerRefused`, or topics not
+    created: one line, exit 1); a stop (Ctrl-C, SIGTERM) during the wait
+    exits 0."""
 
     async def attempt() -> None:
         await broker_answers(settings.broker.bootstrap)
@@ -296,32 +296,26 @@ def await_broker_and_topics(settings: Settings) -> None:
         asyncio.run(
             wait_for_broker(settings.broker.bootstrap, settings.broker.broker_wait, attempt)
         )
-    except (BrokerUnreachable, SecurityFailure, PermissionDenied, TopicsNotCreated) as exc:
-        print(f"error: {exc}", file=sys.stderr, flush=True)
-        raise SystemExit(1) from None
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # a stop, not a failure: exit 0
         print(f"stopped while waiting for the broker at {settings.broker.bootstrap}", flush=True)
         raise SystemExit(0) from None
 
 
 def check_web_address(settings: Settings) -> None:
     """The web server can listen where the settings say, or the worker
-    stops here, before any broker, in one line (exit 1): a host that is not
+    stops here, before any broker (:class:`WebAddressUnusable`): a host that is not
     an address of this machine, or a port in use, would otherwise end the
     worker with aiohttp's traceback once it has joined the group."""
     host, port = settings.runtime.web_host, settings.runtime.web_port
     try:
         listen_here(host, port)
     except OSError as e:
-        print(
-            f"error: {VARS['web_host'].env}={host} {VARS['web_port'].env}={port}: the web "
+        raise WebAddressUnusable(
+            f"{VARS['web_host'].env}={host} {VARS['web_port'].env}={port}: the web "
             f"server cannot listen there ({e.strerror}); give an address of this machine "
             "(127.0.0.1: this machine only; 0.0.0.0: every interface) and a free port "
-            "(0 picks one)",
-            file=sys.stderr,
-            flush=True,
-        )
-        raise SystemExit(1) from None
+            "(0 picks one)"
+        ) from None
 
 
 def web_port_for(settings: Settings) -> int:

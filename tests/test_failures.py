@@ -1,5 +1,5 @@
 """The one mapping of a command's failures to a line and an exit code
-(seqkeeper.failures), without a broker: aiokafka's authorization errors
+(seqkeeper.cli.errors; the refusals named by seqkeeper.failures), without a broker: aiokafka's authorization errors
 name the user, the resource and the grant; a security cause aiokafka only
 logged names the broker; a bug is not mapped (its traceback is wanted).
 The secured broker's cases, as a user sees them, are
@@ -21,7 +21,8 @@ from aiokafka.errors import (
 from hypothesis import given
 from hypothesis import strategies as st
 
-from seqkeeper.failures import REFUSED, USAGE, one_line, refusal
+from seqkeeper.cli.errors import REFUSED, USAGE, one_line
+from seqkeeper.failures import refusal
 from seqkeeper.permissions import PermissionDenied
 from seqkeeper.security import BrokerRefused, SecurityFailure, security_cause
 from seqkeeper.settings import SettingError, Settings

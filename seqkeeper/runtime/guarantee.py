@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-import sys
 
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import UnknownError, UnsupportedVersionError
@@ -163,8 +162,8 @@ def probe_limit(broker_wait: float) -> float | None:
 def choose_guarantee(settings: Settings, embedded: bool, principal: str = "") -> Settings:
     """``settings`` with the guarantee the worker runs, resolved against
     its broker (``embedded``: the embedded broker this process started),
-    and a line saying which and why. A refusal exits 1 with one line on
-    stderr, without a traceback; a stop (Ctrl-C, SIGTERM) exits 0."""
+    and a line saying which and why. A refusal is :class:`GuaranteeRefused`
+    (``seqkeeper worker``: one line, exit 1); a stop (Ctrl-C, SIGTERM) exits 0."""
     bootstrap = settings.broker.bootstrap
     try:
         mode, why = asyncio.run(
@@ -177,9 +176,6 @@ def choose_guarantee(settings: Settings, embedded: bool, principal: str = "") ->
                 principal=principal,
             )
         )
-    except GuaranteeRefused as exc:
-        print(f"error: {exc}", file=sys.stderr, flush=True)
-        raise SystemExit(1) from None
     except KeyboardInterrupt:
         print(f"stopped while asking the broker at {bootstrap} for transactions", flush=True)
         raise SystemExit(0) from None
