@@ -21,7 +21,7 @@ from seqkeeper.processors.envelope import Shape
 from seqkeeper.security import kafka_options
 from seqkeeper.settings import EXAMPLE_HANDLERS, Settings
 from seqkeeper.topics import Record, TopicCache, UnknownTopic, create_topics
-from seqkeeper.verification.poll import poll, records_in
+from seqkeeper.fleet.poll import poll, records_in
 from seqkeeper.verification.verify import Check, Report, verify
 from seqkeeper.verification.workload import Workload, generate
 from seqkeeper.worker import WorkerProcess, broker_for

@@ -72,7 +72,7 @@ from seqkeeper.security import kafka_options
 from seqkeeper.settings import EXAMPLE_HANDLERS, Guarantee, Settings
 from seqkeeper.topics import Record, TopicCache, create_topics, end_offsets_of, read_topic
 from seqkeeper.verification.corpus import DROPPED, EMITTED, Case, command_cases, ordered_cases
-from seqkeeper.verification.poll import poll, records_in
+from seqkeeper.fleet.poll import poll, records_in
 from seqkeeper.verification.verify import Checked, Report
 from seqkeeper.verification.workload import generate
 from seqkeeper.worker import WorkerProcess

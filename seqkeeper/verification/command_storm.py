@@ -26,7 +26,7 @@ from seqkeeper.processors.envelope import InvalidMessage
 from seqkeeper.processors.inventory import registry
 from seqkeeper.settings import Guarantee, Settings
 from seqkeeper.topics import Record, TopicCache
-from seqkeeper.verification.poll import poll
+from seqkeeper.fleet.poll import poll
 from seqkeeper.verification.verify import Check, Checked
 
 
