@@ -49,7 +49,6 @@ from seqkeeper.bench.measure import (
     _ratio_of_rounds,
     _tag,
     measure_output,
-    process,
 )
 from seqkeeper.bench.restarts import (
     local_offsets,
@@ -64,6 +63,7 @@ from seqkeeper.bench.soak import SOAK_RATIO
 from seqkeeper.bench.soak import soak as measure_soak
 from seqkeeper.broker import free_port
 from seqkeeper.demo import publish
+from seqkeeper.fleet.processes import process
 from seqkeeper.security import kafka_options
 from seqkeeper.settings import Settings
 from seqkeeper.state.rocksdb import CHECKPOINT_RECORDS

@@ -34,9 +34,9 @@ from seqkeeper.bench.measure import (
     _ratio_of_rounds,
     _tag,
     measure_output,
-    process,
 )
 from seqkeeper.demo import publish
+from seqkeeper.fleet.processes import process
 from seqkeeper.topics import end_offsets_of, read_topic
 
 if TYPE_CHECKING:

@@ -16,12 +16,12 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from seqkeeper.fleet.poll import poll, records_in
 from seqkeeper.plugins import load_codec
 from seqkeeper.processors.envelope import Shape
 from seqkeeper.security import kafka_options
 from seqkeeper.settings import EXAMPLE_HANDLERS, Settings
 from seqkeeper.topics import Record, TopicCache, UnknownTopic, create_topics
-from seqkeeper.fleet.poll import poll, records_in
 from seqkeeper.verification.verify import Check, Report, verify
 from seqkeeper.verification.workload import Workload, generate
 from seqkeeper.worker import WorkerProcess, broker_for

@@ -67,12 +67,12 @@ from rich.table import Table
 from seqkeeper.adapter.offsets import as_topic_partitions, committed_ends
 from seqkeeper.broker import LocalBroker
 from seqkeeper.demo import message_shape, no_reemissions, publish, verify_topics
+from seqkeeper.fleet.poll import poll, records_in
 from seqkeeper.processors.dead_letter import REASON
 from seqkeeper.security import kafka_options
 from seqkeeper.settings import EXAMPLE_HANDLERS, Guarantee, Settings
 from seqkeeper.topics import Record, TopicCache, create_topics, end_offsets_of, read_topic
 from seqkeeper.verification.corpus import DROPPED, EMITTED, Case, command_cases, ordered_cases
-from seqkeeper.fleet.poll import poll, records_in
 from seqkeeper.verification.verify import Checked, Report
 from seqkeeper.verification.workload import generate
 from seqkeeper.worker import WorkerProcess
