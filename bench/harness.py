@@ -62,8 +62,8 @@ from seqkeeper.bench.restarts import (
 from seqkeeper.bench.soak import SOAK_RATIO
 from seqkeeper.bench.soak import soak as measure_soak
 from seqkeeper.broker import free_port
-from seqkeeper.demo import publish
 from seqkeeper.fleet.processes import process
+from seqkeeper.fleet.publishing import publish
 from seqkeeper.security import kafka_options
 from seqkeeper.settings import Settings
 from seqkeeper.state.rocksdb import CHECKPOINT_RECORDS

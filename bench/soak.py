@@ -33,7 +33,7 @@ from typing import Any, Protocol, cast
 import orjson
 
 from seqkeeper.broker import free_port
-from seqkeeper.demo import publish
+from seqkeeper.fleet.publishing import publish
 from seqkeeper.settings import Settings
 from seqkeeper.topics import read_topic
 from seqkeeper.worker import WorkerProcess

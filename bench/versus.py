@@ -35,8 +35,8 @@ from seqkeeper.bench.measure import (
     _tag,
     measure_output,
 )
-from seqkeeper.demo import publish
 from seqkeeper.fleet.processes import process
+from seqkeeper.fleet.publishing import publish
 from seqkeeper.topics import end_offsets_of, read_topic
 
 if TYPE_CHECKING:
