@@ -59,8 +59,8 @@ from seqkeeper.bench.restarts import (
     roles,
     since,
 )
-from seqkeeper.bench.soak import SOAK_RATIO
-from seqkeeper.bench.soak import soak as measure_soak
+from seqkeeper.bench.sections.soak import SOAK_RATIO
+from seqkeeper.bench.sections.soak import soak as measure_soak
 from seqkeeper.broker import free_port
 from seqkeeper.fleet.processes import process
 from seqkeeper.fleet.publishing import publish
@@ -91,7 +91,7 @@ class Sizes:
     #: measures the broker more than the pipeline; each figure keeps its p99
     #: per second.
     latency_seconds: float = 8.0
-    #: The soak (:mod:`seqkeeper.bench.soak`): rounds of new keys, and keys per round.
+    #: The soak (:mod:`seqkeeper.bench.sections.soak`): rounds of new keys, and keys per round.
     soak_rounds: int = 8
     soak_keys: int = 5_000
     #: Rounds of limit and seqkeeper, alternating (the ratio to the limit is
@@ -1771,7 +1771,7 @@ def run(bench: Bench, only: set[str] | None = None) -> dict[str, Any]:
         )
 
     def quix() -> None:
-        from seqkeeper.bench.versus import section as beside_quix
+        from seqkeeper.bench.sections.quix import section as beside_quix
 
         more, more_ratios = beside_quix(bench)
         figures.extend(more)

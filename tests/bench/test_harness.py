@@ -20,7 +20,7 @@ from seqkeeper.bench.harness import (
     workload,
     write,
 )
-from seqkeeper.bench.soak import SOAK_SEQS
+from seqkeeper.bench.sections.soak import SOAK_SEQS
 from seqkeeper.settings import Settings
 from seqkeeper.topics import create_topics, read_topic
 from tests.bench.conftest import SESSION_TIMEOUT, TINY, Smoke

@@ -1,0 +1,1 @@
+"""The bench's sections, a module each (``seqkeeper bench --only <name>``)."""
