@@ -110,7 +110,7 @@ def _compacted(bootstrap: str, topic: str, isolation: str) -> dict[str, int]:
 
 
 class SoakBench(Protocol):
-    """What the soak uses of :class:`seqkeeper.bench.harness.Bench` (which
+    """What the soak uses of :class:`seqkeeper.bench.rig.Bench` (which
     imports this module: no import back)."""
 
     bootstrap: str

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from seqkeeper.bench.harness import Bench, Sizes, run
+from seqkeeper.bench.rig import Bench, Sizes, run
 
 TINY = Sizes(
     messages=300,

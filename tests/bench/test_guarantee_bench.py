@@ -11,7 +11,7 @@ import statistics
 
 import pytest
 
-from seqkeeper.bench.harness import GUARANTEE_COMMIT_INTERVAL, Bench, workload
+from seqkeeper.bench.rig import GUARANTEE_COMMIT_INTERVAL, Bench, workload
 from seqkeeper.runtime.guarantee import has_transactions
 from tests.bench.conftest import TINY as HARNESS_TINY
 from tests.bench.conftest import Smoke

@@ -13,7 +13,7 @@ import pytest
 from aiokafka import AIOKafkaProducer
 
 from seqkeeper.adapter.producer import BatchProducer
-from seqkeeper.bench.harness import (
+from seqkeeper.bench.rig import (
     LATENCY_LINGER_MS,
     _latency_figure,
     _paced,
