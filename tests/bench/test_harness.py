@@ -13,13 +13,9 @@ import pytest
 from aiokafka import AIOKafkaProducer
 
 from seqkeeper.adapter.producer import BatchProducer
-from seqkeeper.bench.rig import (
-    LATENCY_LINGER_MS,
-    _latency_figure,
-    _paced,
-    workload,
-    write,
-)
+from seqkeeper.bench.measure import LATENCY_LINGER_MS, _latency_figure
+from seqkeeper.bench.report import write
+from seqkeeper.bench.rig import _paced, workload
 from seqkeeper.bench.sections.soak import SOAK_SEQS
 from seqkeeper.settings import Settings
 from seqkeeper.topics import create_topics, read_topic
