@@ -19,7 +19,6 @@ from typing import Any
 from aiokafka import TopicPartition
 
 from seqkeeper.security import kafka_options
-from seqkeeper.topics import end_offsets_of
 
 
 @dataclass
@@ -43,10 +42,6 @@ def _per_input(name: str, rate: float, records: int, distinct: int) -> Figure:
 
 def _tag(name: str) -> str:
     return f"bench-{name}-{uuid.uuid4().hex[:6]}"
-
-
-async def _count(bootstrap: str, topic: str) -> int:
-    return sum((await end_offsets_of(bootstrap, [topic])).values())
 
 
 #: Producer linger of the latency measurement's input (Kafka's default
