@@ -39,7 +39,7 @@ import orjson
 from aiokafka.partitioner import murmur2
 
 from seqkeeper.adapter.producer import PRODUCER_BATCH_BYTES, AcknowledgingProducer, BatchProducer
-from seqkeeper.bench.harness import FULL, Records, workload
+from seqkeeper.bench.rig import FULL, Records, workload
 from seqkeeper.settings import Settings
 from seqkeeper.state import codecs
 from seqkeeper.state.rocksdb import LayeredPartitionStore

@@ -8,21 +8,17 @@ from __future__ import annotations
 import asyncio
 import os
 import statistics
-import subprocess
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from aiokafka import TopicPartition
 
-from seqkeeper.broker import die_with_parent
 from seqkeeper.security import kafka_options
-from seqkeeper.topics import end_offsets_of
 
 
 @dataclass
@@ -46,10 +42,6 @@ def _per_input(name: str, rate: float, records: int, distinct: int) -> Figure:
 
 def _tag(name: str) -> str:
     return f"bench-{name}-{uuid.uuid4().hex[:6]}"
-
-
-async def _count(bootstrap: str, topic: str) -> int:
-    return sum((await end_offsets_of(bootstrap, [topic])).values())
 
 
 #: Producer linger of the latency measurement's input (Kafka's default
@@ -219,27 +211,6 @@ def _catching(call: Callable[[], None], failed: list[BaseException]) -> Callable
             failed.append(exc)
 
     return run
-
-
-@contextmanager
-def process(cmd: list[str], env: dict[str, str], log: Path) -> Iterator[subprocess.Popen[bytes]]:
-    with open(log, "ab") as out:
-        proc = subprocess.Popen(
-            cmd,
-            env={**os.environ, **env},
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            preexec_fn=die_with_parent,
-        )
-    try:
-        yield proc
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 def _ms_at(ordered: list[float], q: float) -> float:

@@ -1,4 +1,11 @@
-"""The main job: broker, topics, worker, a messy workload, and a verification."""
+"""The main job: broker, topics, worker, a messy workload, and a verification.
+
+The publishing (:mod:`seqkeeper.fleet.publishing`) and the read-back
+verification (:mod:`seqkeeper.verification.read_back`) it uses are imported
+here under their names (``publish``, ``verify_topics``, ``message_shape``,
+``no_reemissions``, ``REEMITTED``, ``wait_until_verified``): the command
+line and the tests import them from here. Nothing under
+``seqkeeper.verification`` imports this module (tests/test_layers.py)."""
 
 from __future__ import annotations
 
@@ -11,20 +18,23 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from aiokafka import AIOKafkaProducer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from seqkeeper.plugins import load_codec
-from seqkeeper.processors.envelope import Shape
-from seqkeeper.security import kafka_options
+from seqkeeper.fleet.poll import poll, records_in
+from seqkeeper.fleet.processes import WorkerProcess
+from seqkeeper.fleet.publishing import publish as publish
 from seqkeeper.settings import EXAMPLE_HANDLERS, Settings
-from seqkeeper.topics import Record, TopicCache, UnknownTopic, create_topics
-from seqkeeper.verification.poll import poll, records_in
-from seqkeeper.verification.verify import Check, Report, verify
+from seqkeeper.topics import create_topics
+from seqkeeper.verification.read_back import REEMITTED as REEMITTED
+from seqkeeper.verification.read_back import message_shape as message_shape
+from seqkeeper.verification.read_back import no_reemissions as no_reemissions
+from seqkeeper.verification.read_back import verify_topics as verify_topics
+from seqkeeper.verification.read_back import wait_until_verified as wait_until_verified
+from seqkeeper.verification.verify import Report
 from seqkeeper.verification.workload import Workload, generate
-from seqkeeper.worker import WorkerProcess, broker_for
+from seqkeeper.worker import broker_for
 
 
 @dataclass
@@ -60,34 +70,6 @@ def _progress(console: Console) -> Progress:
         transient=False,
         disable=console.quiet,
     )
-
-
-async def publish(
-    bootstrap: str,
-    topic: str,
-    records: Sequence[tuple[bytes | None, bytes | None]],
-    progress: Progress | None = None,
-) -> None:
-    """Produce ``records`` (key, value) in order, in pipelined batches."""
-    producer = AIOKafkaProducer(
-        bootstrap_servers=bootstrap, **kafka_options(), linger_ms=5, acks="all"
-    )
-    await producer.start()
-    task = progress.add_task("publishing", total=len(records)) if progress else None
-    try:
-        pending = []
-        for i, (key, value) in enumerate(records, 1):
-            pending.append(await producer.send(topic, value, key=key))
-            if i % 5_000 == 0:
-                await asyncio.gather(*pending)
-                pending.clear()
-                if progress and task is not None:
-                    progress.update(task, completed=i)
-        await asyncio.gather(*pending)
-        if progress and task is not None:
-            progress.update(task, completed=len(records))
-    finally:
-        await producer.stop()
 
 
 async def wait_for_output(
@@ -231,87 +213,6 @@ def run_demo(settings: Settings, options: DemoOptions) -> int:
         if not report.ok:
             console.print(Path(log_path).read_text()[-4000:])
         return 0 if report.ok else 1
-
-
-def message_shape(settings: Settings) -> Shape:
-    """Where the ordered worker of ``settings`` finds its messages' key,
-    sequence and messageId (its key, sequence and messageId settings, its
-    codec loaded): how :func:`verify_topics` reads them. A codec that cannot
-    be loaded is a :class:`~seqkeeper.plugins.PluginError`, a bad dotted
-    path a ``ValueError``."""
-    return settings.ordered.shape(load_codec(settings.ordered.codec))
-
-
-async def verify_topics(
-    settings: Settings,
-    drained: bool = False,
-    cache: TopicCache | None = None,
-    isolation: str = "read_uncommitted",
-    shape: Shape | None = None,
-) -> Report:
-    """Read the input and output topics to their exact ends and verify them
-    (the late topic may be missing: the default policy never creates it).
-    Polling with one ``cache`` reads each record once. ``isolation``: how
-    the topics are read when no ``cache`` is given (a cache reads as it was
-    made); ``read_committed`` sees only a transactional writer's committed
-    outputs, ``read_uncommitted`` every record written. ``shape``: how the
-    messages are read, the settings' (:func:`message_shape`) when ``None``."""
-    if shape is None:
-        shape = message_shape(settings)
-    topics = cache or TopicCache(settings.broker.bootstrap, isolation)
-
-    async def _optional(topic: str) -> list[Record]:
-        try:
-            return await topics.read(topic)
-        except UnknownTopic:
-            return []
-
-    return verify(
-        await topics.read(settings.ordered.input_topic),
-        await topics.read(settings.ordered.ordered_topic),
-        await topics.read(settings.ordered.deduped_topic),
-        await topics.read(settings.ordered.dlq_topic)
-        + await _optional(settings.ordered.late_topic),
-        drained=drained,
-        shape=shape,
-    )
-
-
-#: The check :func:`no_reemissions` adds to a report.
-REEMITTED = "exactly-once: re-emitted"
-
-
-def no_reemissions(report: Report) -> Report:
-    """``report`` with one more check, failing when any output was emitted
-    more than once (``report.reemitted``, per output, byte-identical repeats
-    included): what exactly-once promises a ``read_committed`` reader."""
-    counts = report.reemitted
-    total = sum(counts.values())
-    detail = ", ".join(f"{name} {n:,}" for name, n in counts.items()) if total else ""
-    report.checks.append(Check(REEMITTED, total, detail))
-    return report
-
-
-async def wait_until_verified(
-    settings: Settings,
-    timeout: float,
-    worker: WorkerProcess | None = None,
-    drained: bool = False,
-    isolation: str = "read_uncommitted",
-) -> Report:
-    """Poll :func:`verify_topics` until it passes or ``timeout`` runs out
-    (``isolation``: how the topics are read; the messages in the settings'
-    shape, :func:`message_shape`)."""
-    shape = message_shape(settings)
-    cache = TopicCache(settings.broker.bootstrap, isolation)
-    return await poll(
-        lambda: verify_topics(settings, drained, cache, shape=shape),
-        lambda report: report.ok,
-        time.monotonic() + timeout,
-        0.5,
-        alive=worker.check_alive if worker is not None else None,
-        timed_out=worker.dump if worker is not None else None,
-    )
 
 
 def run_command_demo(settings: Settings, commands: int, seed: int, quiet: bool = False) -> int:

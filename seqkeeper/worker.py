@@ -7,11 +7,7 @@ import asyncio
 import contextlib
 import functools
 import gc
-import os
-import signal
-import subprocess
 import sys
-import time
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -20,11 +16,15 @@ from seqkeeper.broker import (
     EmbeddedBroker,
     KafkaBroker,
     LocalBroker,
-    die_with_parent,
     free_port,
     listen_here,
     port_is_free,
 )
+
+# (the parent's handle on a worker process: the tests and tools that start
+# workers import it from here too)
+from seqkeeper.fleet.processes import WorkerDied as WorkerDied
+from seqkeeper.fleet.processes import WorkerProcess as WorkerProcess
 from seqkeeper.permissions import (
     check_access,
     check_topics,
@@ -151,7 +151,9 @@ def run_worker(settings: Settings) -> None:
     codec = None
     if settings.runtime.topology == "commands":
         wiring = functools.partial(
-            command_worker.wiring, registry=handlers_of(settings), keys=command_worker.token_keys(settings)
+            command_worker.wiring,
+            registry=handlers_of(settings),
+            keys=command_worker.token_keys(settings),
         )
     else:
         processor = (
@@ -346,109 +348,3 @@ def web_port_for(settings: Settings) -> int:
         port = free_port(settings.runtime.web_host)
         saved.write_text(f"{port}\n")
     return port
-
-
-class WorkerDied(RuntimeError):
-    """The worker process exited while it was expected to run."""
-
-
-class WorkerProcess:
-    """``seqkeeper worker`` as a child process (demo, tests, chaos runs)."""
-
-    def __init__(
-        self,
-        settings: Settings,
-        log_path: Path,
-        log_level: str = "info",
-        cwd: Path | None = None,
-    ) -> None:
-        self.settings = settings
-        self.log_path = log_path
-        self.log_level = log_level
-        #: run in this directory, as the installed ``seqkeeper`` command (a
-        #: user's project); None: ``python -m seqkeeper`` here
-        self.cwd = cwd
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def command(self) -> list[str]:
-        if self.cwd is not None:
-            script = str(Path(sys.executable).parent / "seqkeeper")
-            return [script, "worker", "--log-level", self.log_level]
-        return [sys.executable, "-m", "seqkeeper", "worker", "--log-level", self.log_level]
-
-    def environment(self) -> dict[str, str]:
-        """The child's environment: every setting as its variable."""
-        return {**os.environ, **self.settings.to_env()}
-
-    def start(self) -> WorkerProcess:
-        log = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child
-        try:
-            self.proc = subprocess.Popen(
-                self.command(),
-                env=self.environment(),
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                preexec_fn=die_with_parent,
-                cwd=self.cwd,
-            )
-        finally:
-            log.close()
-        return self
-
-    @property
-    def pid(self) -> int | None:
-        return self.proc.pid if self.proc else None
-
-    def running(self) -> bool:
-        """Whether the worker process was started and has not exited."""
-        return self.proc is not None and self.proc.poll() is None
-
-    def wait_ready(self, timeout: float = 90.0) -> WorkerProcess:
-        """Return once the worker logged that it is ready (its partitions'
-        state restored); :class:`WorkerDied` if it exits first, a
-        ``TimeoutError`` with the end of its log after ``timeout`` s."""
-        deadline = time.monotonic() + timeout
-        while "Worker ready" not in self.log():
-            self.check_alive()
-            if time.monotonic() > deadline:
-                raise TimeoutError(
-                    f"the worker was not ready in {timeout:g} s: {self.log()[-3000:]}"
-                )
-            time.sleep(0.2)
-        return self
-
-    def check_alive(self) -> None:
-        if self.proc is not None and self.proc.poll() is not None:
-            raise WorkerDied(
-                f"the worker exited with code {self.proc.returncode}; log: {self.log_path}"
-            )
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
-
-    def dump(self, wait: float = 1.0) -> None:
-        """Have a running worker log its asyncio tasks and consumer state
-        (SIGUSR1, see :func:`seqkeeper.adapter.diagnostics.install_diagnostics`): called
-        before a test gives up on it, so its log shows where it was stuck."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGUSR1)
-            time.sleep(wait)
-
-    def kill(self) -> None:
-        """``kill -9``: no shutdown code runs."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
-            self.proc.wait()
-
-    def stop(self, timeout: float = 30.0) -> int | None:
-        """Graceful stop (SIGTERM), SIGKILL after ``timeout``; the exit code."""
-        if self.proc is None:
-            return None
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        return self.proc.returncode

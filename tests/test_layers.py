@@ -231,3 +231,46 @@ def test_the_architecture_document_draws_the_layers_as_they_are() -> None:
     # a row that says less than the rule is seen
     wrong = text.replace("nothing (no Kafka", "settings (no Kafka", 1)
     assert documented_layers(wrong) != layers
+
+
+#: Packages counted as one node by :func:`test_no_cycle_between_the_demo_and_its_tools`:
+#: an import of any of their modules is an import of the package.
+TOOLS = ("seqkeeper.verification", "seqkeeper.fleet", "seqkeeper.bench")
+
+
+def collapsed(edges: dict[str, set[str]], packages: tuple[str, ...]) -> dict[str, set[str]]:
+    """``edges`` with every module of ``packages`` merged into its package."""
+
+    def node(name: str) -> str:
+        return next((p for p in packages if within(name, {p})), name)
+
+    merged: dict[str, set[str]] = {}
+    for name, targets in edges.items():
+        merged.setdefault(node(name), set()).update(node(t) for t in targets)
+    return {name: targets - {name} for name, targets in merged.items()}
+
+
+def test_no_cycle_between_the_demo_and_its_tools() -> None:
+    """The demo uses the verification and the fleet; the verification
+    (chaos) and the bench use the fleet; none of them imports back (the
+    verification once imported the demo's publishing and read-back, and
+    the demo the verification's checks: a cycle between the two, hidden by
+    counting modules rather than packages)."""
+    edges = collapsed(graph(), TOOLS)
+    involved = {"seqkeeper.demo", *TOOLS}
+    assert [c for c in cycles(edges) if involved & set(c)] == []
+    assert "seqkeeper.verification" in edges["seqkeeper.demo"]  # (the graph holds the edges)
+    assert "seqkeeper.fleet" in edges["seqkeeper.verification"]
+    for tool in TOOLS:
+        assert "seqkeeper.demo" not in edges[tool], tool
+
+
+def test_the_fleet_is_below_its_users() -> None:
+    """The fleet (worker processes, publishing, probes, offsets) imports
+    none of the tools that use it."""
+    edges = collapsed(graph(), TOOLS)
+    users = {"seqkeeper.demo", "seqkeeper.verification", "seqkeeper.bench", "seqkeeper.cli"}
+    assert edges["seqkeeper.fleet"], "the fleet imports something"
+    assert not edges["seqkeeper.fleet"] & users, edges["seqkeeper.fleet"] & users
+    assert collapsed({"a.x": {"b.y"}, "b.y": {"a.z"}}, ("a", "b")) == {"a": {"b"}, "b": {"a"}}
+    assert cycles(collapsed({"a.x": {"b.y"}, "b.y": {"a.z"}}, ("a", "b"))) == [["a", "b"]]

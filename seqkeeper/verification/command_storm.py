@@ -21,12 +21,12 @@ from typing import Any
 
 import orjson
 
+from seqkeeper.fleet.poll import poll
 from seqkeeper.processors.command import Command, DomainError, parse_command, reply_id, returned
 from seqkeeper.processors.envelope import InvalidMessage
 from seqkeeper.processors.inventory import registry
 from seqkeeper.settings import Guarantee, Settings
 from seqkeeper.topics import Record, TopicCache
-from seqkeeper.verification.poll import poll
 from seqkeeper.verification.verify import Check, Checked
 
 

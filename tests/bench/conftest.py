@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from seqkeeper.bench.harness import Bench, Sizes, run
+from seqkeeper.bench.harness import run
+from seqkeeper.bench.rig import Bench, Sizes
 
 TINY = Sizes(
     messages=300,

@@ -10,7 +10,7 @@ from pathlib import Path
 import orjson
 
 from seqkeeper.bench.core import PARTITIONS, Core, _partitions, main
-from seqkeeper.bench.harness import workload
+from seqkeeper.bench.rig import workload
 from seqkeeper.settings import Settings
 
 

@@ -11,7 +11,8 @@ import statistics
 
 import pytest
 
-from seqkeeper.bench.harness import GUARANTEE_COMMIT_INTERVAL, Bench, workload
+from seqkeeper.bench.rig import Bench, workload
+from seqkeeper.bench.sections.guarantee import GUARANTEE_COMMIT_INTERVAL
 from seqkeeper.runtime.guarantee import has_transactions
 from tests.bench.conftest import TINY as HARNESS_TINY
 from tests.bench.conftest import Smoke

@@ -13,14 +13,10 @@ import pytest
 from aiokafka import AIOKafkaProducer
 
 from seqkeeper.adapter.producer import BatchProducer
-from seqkeeper.bench.harness import (
-    LATENCY_LINGER_MS,
-    _latency_figure,
-    _paced,
-    workload,
-    write,
-)
-from seqkeeper.bench.soak import SOAK_SEQS
+from seqkeeper.bench.measure import LATENCY_LINGER_MS, _latency_figure
+from seqkeeper.bench.report import write
+from seqkeeper.bench.rig import _paced, workload
+from seqkeeper.bench.sections.soak import SOAK_SEQS
 from seqkeeper.settings import Settings
 from seqkeeper.topics import create_topics, read_topic
 from tests.bench.conftest import SESSION_TIMEOUT, TINY, Smoke

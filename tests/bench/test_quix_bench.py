@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from seqkeeper.bench.quix import accept
-from seqkeeper.bench.versus import MODERATE_RATE, PREFIX, Sampler, quix_blocker
+from seqkeeper.bench.sections.quix import MODERATE_RATE, PREFIX, Sampler, quix_blocker
 from tests.bench.conftest import Smoke
 
 

@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 
 from seqkeeper.demo import publish, wait_until_verified
+from seqkeeper.fleet.poll import poll
 from seqkeeper.settings import Settings
 from seqkeeper.topics import create_topics, read_topic
-from seqkeeper.verification.chaos import zombie_problems
-from seqkeeper.verification.poll import poll
+from seqkeeper.verification.scenarios.zombie import zombie_problems
 from seqkeeper.verification.verify import Report
 from seqkeeper.verification.workload import generate
 from seqkeeper.worker import WorkerProcess

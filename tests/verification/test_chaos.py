@@ -14,23 +14,11 @@ import pytest
 
 from seqkeeper.processors.dead_letter import REASON
 from seqkeeper.topics import Record
-from seqkeeper.verification.chaos import (
-    LONG,
-    ROW,
-    SCENARIOS,
-    SHORT,
-    TITLES,
-    BrokerRun,
-    Chaos,
-    Outcome,
-    Scale,
-    _check_command_cases,
-    _check_ordered_cases,
-    broker_label,
-    markdown,
-    write_report,
-)
+from seqkeeper.verification.chaos import Chaos
 from seqkeeper.verification.corpus import DROPPED, EMITTED, command_cases, ordered_cases
+from seqkeeper.verification.outcome import LONG, SCENARIOS, SHORT, TITLES, Outcome, Scale
+from seqkeeper.verification.reliability import ROW, BrokerRun, broker_label, markdown, write_report
+from seqkeeper.verification.scenarios.corpus import check_command_cases, check_ordered_cases
 from seqkeeper.verification.verify import Check, Report
 
 
@@ -52,15 +40,15 @@ def test_ordered_case_checks_fail_on_wrong_handling() -> None:
     dup = [c for c in cases if c.expect == DROPPED]
     good_dlq = [rec(c.key, c.value, c.expect) for c in dead]
     good_out = [rec(c.key, c.value) for c in kept] + [rec(*c.before[0]) for c in dup]
-    assert list(_check_ordered_cases(cases, good_dlq, good_out)) == []
+    assert list(check_ordered_cases(cases, good_dlq, good_out)) == []
     wrong = [rec(c.key, c.value, "invalid-json") for c in dead[1:]]  # one missing, reasons off
-    problems = dict((c.name, p) for c, p in _check_ordered_cases(cases, wrong, good_out))
+    problems = dict((c.name, p) for c, p in check_ordered_cases(cases, wrong, good_out))
     assert dead[0].name in problems and "none" in problems[dead[0].name]
     assert any("invalid-json" in p for p in problems.values())
     doubled = good_out + [rec(c.key, c.value) for c in dup if (c.key, c.value) != c.before[0]]
-    assert any("dropped" in p for _, p in _check_ordered_cases(cases, good_dlq, doubled))
+    assert any("dropped" in p for _, p in check_ordered_cases(cases, good_dlq, doubled))
     missing = [r for r in good_out if r.value != kept[0].value]
-    assert [c.name for c, _ in _check_ordered_cases(cases, good_dlq, missing)] == [kept[0].name]
+    assert [c.name for c, _ in check_ordered_cases(cases, good_dlq, missing)] == [kept[0].name]
 
 
 def test_command_case_checks_fail_on_wrong_handling() -> None:
@@ -75,11 +63,11 @@ def test_command_case_checks_fail_on_wrong_handling() -> None:
             doc = {"causationId": mid, "success": ok, "message": message, "version": 1}
             replies.append(rec(b"k", orjson.dumps(doc)))
     dlq = [rec(c.key, c.value, c.expect) for c in dead]
-    assert list(_check_command_cases(cases, dlq, replies)) == []
-    assert len(list(_check_command_cases(cases, dlq[1:], replies))) == 1
-    assert len(list(_check_command_cases(cases, dlq, replies[1:]))) == 1
+    assert list(check_command_cases(cases, dlq, replies)) == []
+    assert len(list(check_command_cases(cases, dlq[1:], replies))) == 1
+    assert len(list(check_command_cases(cases, dlq, replies[1:]))) == 1
     flipped = [rec(r.key, r.value.replace(b'"success":false', b'"success":true')) for r in replies]
-    assert len(list(_check_command_cases(cases, dlq, flipped))) >= 2
+    assert len(list(check_command_cases(cases, dlq, flipped))) >= 2
 
 
 def test_outcome_counts_loss_and_order_apart() -> None:

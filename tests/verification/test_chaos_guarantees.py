@@ -17,25 +17,21 @@ from rich.console import Console
 
 from seqkeeper.demo import REEMITTED, no_reemissions
 from seqkeeper.settings import Settings
-from seqkeeper.verification.chaos import (
+from seqkeeper.verification.chaos import Chaos
+from seqkeeper.verification.outcome import (
     AT_LEAST_ONCE,
     BOTH_GUARANTEES,
     EXACTLY_ONCE,
     LOSS,
     NO_TRANSACTIONS,
     ORDER,
-    ROW,
     SCENARIOS,
     SHORT,
     TITLES,
-    BrokerRun,
-    Chaos,
     Outcome,
-    markdown,
-    table,
-    write_report,
-    zombie_problems,
 )
+from seqkeeper.verification.reliability import ROW, BrokerRun, markdown, table, write_report
+from seqkeeper.verification.scenarios.zombie import zombie_problems
 from seqkeeper.verification.verify import Check, Report
 from seqkeeper.worker import WorkerProcess
 

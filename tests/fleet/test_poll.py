@@ -8,7 +8,7 @@ from collections.abc import Awaitable, Callable, Iterator
 
 import pytest
 
-from seqkeeper.verification.poll import poll
+from seqkeeper.fleet.poll import poll
 
 
 def reader(values: list[int]) -> tuple[list[int], Callable[[], Awaitable[int]]]:

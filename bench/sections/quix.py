@@ -20,7 +20,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -34,41 +34,15 @@ from seqkeeper.bench.measure import (
     _ratio_of_rounds,
     _tag,
     measure_output,
-    process,
 )
-from seqkeeper.demo import publish
+from seqkeeper.bench.rig import Bench
+from seqkeeper.bench.sections.tally import Tally
+from seqkeeper.fleet.processes import process
+from seqkeeper.fleet.publishing import publish
 from seqkeeper.topics import end_offsets_of, read_topic
 
 if TYPE_CHECKING:
-    from pathlib import Path
-
-    from seqkeeper.settings import Settings
-
-
-class Bench(Protocol):
-    """What the section uses of ``harness.Bench`` (which imports this
-    module: a Protocol keeps the two out of an import cycle)."""
-
-    bootstrap: str
-    records: list[tuple[bytes | None, bytes | None]]
-    distinct: int
-    workdir: Path
-    sizes: Any
-    say: Callable[[str], None]
-
-    def topics(self, names: list[str]) -> None: ...
-
-    def timeout(self, n: int) -> float: ...
-
-    def settings(self, tag: str, **over: Any) -> Settings: ...
-
-    def latency(
-        self, rate: float, read_committed: bool = False, name: str = "", **over: Any
-    ) -> Figure: ...
-
-    async def _latency(
-        self, source: str, sink: str, rate: float, seconds: float, isolation: str = ...
-    ) -> list[tuple[float, float]]: ...
+    pass
 
 
 #: The fixed latency rate, besides half of each system's throughput: a
@@ -430,3 +404,10 @@ def section(bench: Bench) -> tuple[list[Figure], list[Figure]]:
     for figure in figures:
         figure.name = f"{PREFIX}{figure.name}"
     return figures, ratios
+
+
+def run(bench: Bench, tally: Tally) -> None:
+    """seqkeeper beside Quix Streams (:func:`section`)."""
+    more, more_ratios = section(bench)
+    tally.figures.extend(more)
+    tally.ratios.extend(more_ratios)

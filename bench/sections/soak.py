@@ -28,15 +28,17 @@ import time
 import urllib.request
 import uuid
 from pathlib import Path
-from typing import Any, Protocol, cast
+from typing import Any, cast
 
 import orjson
 
+from seqkeeper.bench.measure import Figure
+from seqkeeper.bench.rig import Bench
+from seqkeeper.bench.sections.tally import Tally
 from seqkeeper.broker import free_port
-from seqkeeper.demo import publish
-from seqkeeper.settings import Settings
+from seqkeeper.fleet.processes import WorkerProcess
+from seqkeeper.fleet.publishing import publish
 from seqkeeper.topics import read_topic
-from seqkeeper.worker import WorkerProcess
 
 #: Messages per key (sequences 1..SOAK_SEQS).
 SOAK_SEQS = 4
@@ -109,34 +111,11 @@ def _compacted(bootstrap: str, topic: str, isolation: str) -> dict[str, int]:
     return {"records": len(live), "bytes": sum(len(k[1]) + v for k, v in live.items())}
 
 
-class SoakBench(Protocol):
-    """What the soak uses of :class:`seqkeeper.bench.harness.Bench` (which
-    imports this module: no import back)."""
-
-    bootstrap: str
-    workdir: Path
-
-    @property
-    def sizes(self) -> Any: ...
-
-    def settings(self, tag: str, **over: Any) -> Settings: ...
-
-    def topics(self, names: list[str]) -> None: ...
-
-    def timeout(self, n: int) -> float: ...
-
-    def say(self, text: str) -> None: ...
-
-    def cpu_seconds(self, pid: int | None) -> float: ...
-
-    def committed_input(self, group: str, source: str) -> int: ...
-
-
 #: A ratio of the soak: name, value at the last round, at the first.
 Ratio = tuple[str, float, float]
 
 
-def soak(bench: SoakBench) -> tuple[list[Ratio], dict[str, Any]]:
+def soak(bench: Bench) -> tuple[list[Ratio], dict[str, Any]]:
     """The soak's ratios (last round against the first; target
     :data:`SOAK_RATIO`) and its detail (every round's figures)."""
     sizes = bench.sizes
@@ -226,3 +205,12 @@ def soak(bench: SoakBench) -> tuple[list[Ratio], dict[str, Any]]:
             first["cpu µs/msg"],
         ),
     ], detail
+
+
+def run(bench: Bench, tally: Tally) -> None:
+    """The soak's ratios, last round against the first."""
+    bench.say("soak: keys come and go, state stays flat")
+    measured, detail = soak(bench)
+    for name, end, start in measured:
+        r = end / max(start, 1e-9)
+        tally.ratios.append(Figure(name, r, "×", f"≤ {SOAK_RATIO}", r <= SOAK_RATIO, detail))
