@@ -18,6 +18,15 @@ import pytest
 from seqkeeper.broker import EmbeddedBroker, KafkaBroker, LocalBroker, kafka_home_from_env
 from seqkeeper.settings import EXAMPLE_HANDLERS, Settings
 
+#: The JVMs the tests start (Spark sessions, ``seqkeeper compact``'s Spark,
+#: Apache Kafka brokers) live minutes and run small jobs: most of their CPU
+#: went to the optimizing JIT compiler and G1's threads, on two cores shared
+#: by the test processes. The client compiler alone and the serial collector
+#: cut that CPU by about a third; what the tests check does not change (a
+#: variable already set is kept: the bench, run by users, is not affected).
+for _variable in ("SPARK_SUBMIT_OPTS", "KAFKA_JVM_PERFORMANCE_OPTS"):
+    os.environ.setdefault(_variable, "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
+
 
 @dataclass(frozen=True)
 class Broker:
@@ -140,6 +149,23 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 #: worker so that it is set up once (the bench's smoke run: every section).
 SHARED_SESSION_DIRS = ("tests/bench/",)
 
+#: The Spark session (a JVM of its own, started by the first test that asks
+#: for the ``spark`` fixture in a process) is shared by this folder's files
+#: that ask for it: one worker runs them all, so one session serves them.
+SPARK_DIR = "tests/spark_sink/"
+
+
+def _asks_for_spark(path: Path) -> bool:
+    """Whether a test function of the file at ``path`` takes ``spark``."""
+    import ast
+
+    return any(
+        isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.name.startswith("test")
+        and any(arg.arg == "spark" for arg in node.args.args)
+        for node in ast.walk(ast.parse(path.read_text()))
+    )
+
 #: Files that take minutes though they hold few tests (one long run each):
 #: they start first, so the run does not end waiting on one of them alone.
 LONG_FILES = (
@@ -159,15 +185,24 @@ LONG_FILES = (
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     """With ``-n`` (pytest-xdist): a file's tests run on one worker, so a
     file's module fixtures (a secured broker, a worker) start once, and
-    :data:`SHARED_SESSION_DIRS` run together; in the order the workers
+    :data:`SHARED_SESSION_DIRS` run together, as do the files of
+    :data:`SPARK_DIR` that use the in-process Spark session; in the order the workers
     collected them (:func:`pytest_collection_modifyitems`), not xdist's
-    (most tests first). The tests mostly wait on timers and brokers, so more
-    workers than cores shorten the run."""
+    (most tests first)."""
     from xdist.scheduler import LoadScopeScheduling
+
+    root = Path(config.rootpath)
+    spark = {
+        str(path.relative_to(root))
+        for path in (root / SPARK_DIR).glob("test_*.py")
+        if _asks_for_spark(path)
+    }
 
     class ByFile(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
             path = nodeid.split("::", 1)[0]
+            if path in spark:
+                return SPARK_DIR
             return next((d for d in SHARED_SESSION_DIRS if path.startswith(d)), path)
 
     config.option.loadscopereorder = False
