@@ -166,6 +166,7 @@ def _asks_for_spark(path: Path) -> bool:
         for node in ast.walk(ast.parse(path.read_text()))
     )
 
+
 #: Files that take minutes though they hold few tests (one long run each):
 #: they start first, so the run does not end waiting on one of them alone.
 LONG_FILES = (
