@@ -7,8 +7,9 @@ byte-identical to an earlier output and does not count)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
@@ -70,6 +71,29 @@ def all_out(settings: Settings, topic: str, count: int) -> Callable[[], Awaitabl
     return done
 
 
+@contextlib.asynccontextmanager
+async def reading(
+    bootstrap: str, topic: str, since: dict[int, int]
+) -> AsyncIterator[AIOKafkaConsumer]:
+    """A consumer of partitions ``since`` of ``topic``, each from its offset
+    there, fetching at once (20 ms fetch wait); stopped when the block ends."""
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap,
+        **kafka_options(),
+        enable_auto_commit=False,
+        fetch_max_wait_ms=20,
+    )
+    await consumer.start()
+    try:
+        tps = [TopicPartition(topic, p) for p in sorted(since)]
+        consumer.assign(tps)
+        for tp in tps:
+            consumer.seek(tp, since[tp.partition])
+        yield consumer
+    finally:
+        await consumer.stop()
+
+
 async def first_new_output(
     bootstrap: str,
     topic: str,
@@ -84,18 +108,7 @@ async def first_new_output(
     first record not in ``known`` (key, value); and how many records in
     ``known`` came before that one."""
 
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap,
-        **kafka_options(),
-        enable_auto_commit=False,
-        fetch_max_wait_ms=20,
-    )
-    await consumer.start()
-    try:
-        tps = [TopicPartition(topic, p) for p in sorted(since)]
-        consumer.assign(tps)
-        for tp in tps:
-            consumer.seek(tp, since[tp.partition])
+    async with reading(bootstrap, topic, since) as consumer:
         first: float | None = None
         seen = 0
         while time.monotonic() < t0 + timeout:
@@ -110,8 +123,6 @@ async def first_new_output(
             if not alive():
                 raise RuntimeError(f"the process writing {topic} died")
         raise TimeoutError(f"{topic}: no new output after {timeout}s")
-    finally:
-        await consumer.stop()
 
 
 async def first_new_per_partition(
@@ -129,18 +140,7 @@ async def first_new_per_partition(
     re-emission is byte-identical), and how many re-emissions came before
     that one."""
 
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap,
-        **kafka_options(),
-        enable_auto_commit=False,
-        fetch_max_wait_ms=20,
-    )
-    await consumer.start()
-    try:
-        tps = [TopicPartition(topic, p) for p in sorted(start)]
-        consumer.assign(tps)
-        for tp in tps:
-            consumer.seek(tp, start[tp.partition])
+    async with reading(bootstrap, topic, start) as consumer:
         known: dict[int, set[tuple[bytes | None, bytes | None]]] = {p: set() for p in start}
         first: dict[int, float] = {}
         found: dict[int, tuple[float, float, int]] = {}
@@ -167,5 +167,3 @@ async def first_new_per_partition(
             if not alive():
                 raise RuntimeError(f"the process writing {topic} died")
         return found
-    finally:
-        await consumer.stop()
