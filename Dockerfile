@@ -20,6 +20,7 @@ COPY topologies topologies
 COPY spark_sink spark_sink
 COPY seqkeeper seqkeeper
 COPY bench bench
+COPY schemas schemas
 RUN pip install --no-cache-dir .
 ENV SEQKEEPER_DATA_DIR=/data
 VOLUME /data

@@ -98,6 +98,9 @@ def test_the_wheel_has_one_top_level_name(tmp_path: Path) -> None:
     assert tops == {"seqkeeper"}
     for name in MAPPED:
         assert f"seqkeeper/{name}/__init__.py" in names
+    # the topic contracts `seqkeeper contracts` builds from (seqkeeper/schemas -> ../schemas)
+    assert "seqkeeper/schemas/asyncapi.json" in names
+    assert "seqkeeper/schemas/command.schema.json" in names
 
 
 def test_the_image_copies_every_mapped_folder() -> None:
@@ -108,4 +111,5 @@ def test_the_image_copies_every_mapped_folder() -> None:
         for line in (ROOT / "Dockerfile").read_text().splitlines()
         if line.startswith("COPY ")
     }
-    assert {"seqkeeper", *MAPPED} <= copied, {"seqkeeper", *MAPPED} - copied
+    wanted = {"seqkeeper", "schemas", *MAPPED}  # (schemas: seqkeeper/schemas links it)
+    assert wanted <= copied, wanted - copied

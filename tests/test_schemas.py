@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 
-from seqkeeper.processors.dead_letter import dead_letter_headers
+from seqkeeper.processors.dead_letter import dead_letter_headers, schema_document
 from seqkeeper.processors.envelope import InvalidMessage, Reason, parse
 from seqkeeper.processors.resequencer import GapSkipped
 from seqkeeper.verification.workload import MALFORMED_KINDS, generate
@@ -47,8 +47,7 @@ def test_markers_match_their_schema(key: str, first: int, extra: int) -> None:
 @pytest.mark.parametrize("reason", [v for k, v in vars(Reason).items() if k.isupper()])
 def test_dead_letter_headers_match_their_schema(reason: str) -> None:
     headers = dead_letter_headers(reason, "why", "events.in", 3, 42, 1700000000000)
-    doc = {k: v.decode() for k, v in headers}
-    assert validator("dead-letter-headers.schema.json").is_valid(doc)
+    assert validator("dead-letter-headers.schema.json").is_valid(schema_document(headers))
 
 
 def test_commands_replies_and_events_match_their_schemas() -> None:
@@ -109,3 +108,85 @@ def test_the_reply_of_a_command_that_ends_its_entity_matches_its_schema() -> Non
     body = orjson.loads(reply.value)
     assert body["ended"] is True and body["version"] == 3
     assert validator("reply.schema.json").is_valid(body)
+
+
+def registered(name: str) -> Draft202012Validator:
+    """The validator of ``name``, its ``$ref`` to another schema file resolved
+    (by ``$id``, as a schema registry would)."""
+    from referencing import Registry, Resource
+
+    docs = [json.loads(p.read_text()) for p in SCHEMAS.glob("*.schema.json")]
+    registry: Registry = Registry().with_resources(
+        (doc["$id"], Resource.from_contents(doc)) for doc in docs
+    )
+    schema = json.loads((SCHEMAS / name).read_text())
+    Draft202012Validator.check_schema(schema)
+    return Draft202012Validator(schema, registry=registry)
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**53), 2**53) | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3)
+    ),
+    max_leaves=6,
+)
+
+
+@given(
+    st.text(min_size=1, max_size=12),
+    st.integers(1, 2**63 - 1),
+    st.text(min_size=1, max_size=12),
+    st.lists(
+        st.tuples(
+            json_values,
+            st.none() | st.text(max_size=6),
+            st.none() | st.text(min_size=1, max_size=6),
+        ),
+        max_size=4,
+    ),
+)
+def test_processor_outputs_match_their_schema(
+    key: str, seq: int, message_id: str, outputs: list[tuple[object, str | None, str | None]]
+) -> None:
+    from seqkeeper.processors.processor import Message, Output, results
+
+    message = Message(key, seq, message_id, "Posted", None, {})
+    _, records = results(message, ({}, [Output(d, type=t, key=k) for d, t, k in outputs]))
+    assert len(records) == len(outputs)
+    v = validator("processor-output.schema.json")
+    for _, _, value, _ in records:
+        assert v.is_valid(orjson.loads(value)), value
+    for bad in ({"messageId": "x:1", "key": key, "seq": seq, "data": 1},  # no causationId
+                {"messageId": "x", "causationId": "c", "key": key, "seq": seq, "data": 1}):  # fmt: skip
+        assert not v.is_valid(bad)
+
+
+def test_dead_letters_match_their_topic_s_schema() -> None:
+    from seqkeeper.contracts import REASONS
+    from seqkeeper.processors.processor import dead_letter
+    from tests.processors.test_processor import released
+
+    events = registered("event-dead-letter-headers.schema.json")
+    commands = registered("command-dead-letter-headers.schema.json")
+    event_reasons = REASONS["event-dead-letter-headers.schema.json"]
+    command_reasons = REASONS["command-dead-letter-headers.schema.json"]
+    for reason in event_reasons:
+        if reason == "processor-failed":
+            continue
+        doc = schema_document(dead_letter_headers(reason, "why", "events.in", 1, 5, 17))
+        assert events.is_valid(doc) and not commands.is_valid(doc), reason
+    *_, processor_letter = dead_letter("k", released(), "e", "builtins.E", 5, ("events.in", 0, -1))
+    doc = schema_document(processor_letter or [])
+    assert doc["seqkeeper.reason"] == "processor-failed" and events.is_valid(doc)
+    assert not events.is_valid({k: v for k, v in doc.items() if k != "seqkeeper.attempts"})
+    for reason in set(command_reasons) - {"reply-undeliverable"}:  # (test_reply_topics.py)
+        letter = dead_letter_headers(reason, "why", "commands.in", 0, 4, exception_class="E")
+        doc = schema_document([*letter, ("seqkeeper.attempts", b"5")])
+        assert commands.is_valid(doc) and not events.is_valid(doc), reason
+    failed = dead_letter_headers("handler-failed", "why", "commands.in", 0, 4)
+    assert not commands.is_valid(schema_document(failed))  # (no attempts)
+    spring = schema_document(dead_letter_headers("late-arrival", "why", "events.in", 1, 5, -1))
+    assert events.is_valid(spring)
+    spring["kafka_dlt-original-offset"] = "NQ=="  # b"5" in base64: ASCII, as before
+    assert not events.is_valid(spring)

@@ -9,6 +9,7 @@ from seqkeeper.cli.bench import bench
 from seqkeeper.cli.broker import broker
 from seqkeeper.cli.command_client import inspect, send
 from seqkeeper.cli.compact import compact, replay
+from seqkeeper.cli.contracts import contracts
 from seqkeeper.cli.errors import Commands
 from seqkeeper.cli.settings_table import show_settings
 from seqkeeper.cli.store import keygen, store_app
@@ -26,6 +27,7 @@ app = Commands(
 # order ``--help`` lists them); Commands maps its failures (errors.py).
 app.command()(broker)
 app.command(name="settings")(show_settings)
+app.command()(contracts)
 app.command()(worker)
 app.command()(acls)
 app.command()(compact)

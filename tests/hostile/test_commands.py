@@ -27,6 +27,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from seqkeeper.processors.command import Command, DomainError, Event, Registry
+from seqkeeper.processors.dead_letter import readable, schema_document
 from seqkeeper.settings import Settings
 from seqkeeper.state.command_records import CommandStore
 from seqkeeper.state.memory import MemoryStore
@@ -270,9 +271,9 @@ def test_adversarial_commands(records: list[tuple[Any, ...]]) -> None:
     dead: dict[int, list[dict[str, str]]] = defaultdict(list)
     for topic, key, value, headers in out:
         if topic == DLQ:
-            doc = {k: v.decode("utf-8") for k, v in headers if k != "seqkeeper.attempts"}
+            doc = schema_document(headers)
             assert DEAD_LETTER.is_valid(doc) and doc["seqkeeper.reason"] in REASONS, doc
-            offset = int(doc["kafka_dlt-original-offset"])
+            offset = int(readable(headers)["kafka_dlt-original-offset"])
             assert (key, value) == records[offset][1:3]  # the record as it came
             dead[offset].append(doc)
     replies = [orjson.loads(v) for t, _, v, _ in out if t == REPLIES]

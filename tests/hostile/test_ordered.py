@@ -67,7 +67,8 @@ def test_hostile_records_among_good_ones_out_of_order(
     for role, _, _, hs in out:
         if role == "dlq":
             h = dict(hs or [])
-            letters[int(h["kafka_dlt-original-offset"])].append(h["seqkeeper.reason"].decode())
+            offset = int.from_bytes(h["kafka_dlt-original-offset"], "big", signed=True)
+            letters[offset].append(h["seqkeeper.reason"].decode())
     hostile_offsets = [i for i, r in enumerate(records) if r in bad and r not in good]
     assert sorted(letters) == hostile_offsets
     assert all(len(v) == 1 and v[0] in REASONS for v in letters.values())

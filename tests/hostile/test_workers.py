@@ -21,6 +21,7 @@ import pytest
 from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient
 
+from seqkeeper.processors.dead_letter import readable
 from seqkeeper.security import kafka_options
 from seqkeeper.settings import Settings
 from seqkeeper.topics import create_topics, end_offsets_of, read_topic
@@ -192,14 +193,14 @@ def test_hostile_records_are_dead_lettered_and_good_ones_come_out(
         letters = read(ordered, dlq)
         assert len(letters) == len(events)
         for letter in letters:
-            offset = int(dict(letter.headers)["kafka_dlt-original-offset"])
+            offset = int(readable(letter.headers)["kafka_dlt-original-offset"])
             key, value, headers = events[offset]
             assert (letter.key, letter.value) == (key, value)
             assert dict(letter.headers)["seqkeeper.reason"].decode() in event_reasons()
             assert list(letter.headers)[: len(headers)] == headers  # its own headers first
-        assert sorted(int(dict(x.headers)["kafka_dlt-original-offset"]) for x in letters) == list(
-            range(len(events))
-        )
+        assert sorted(
+            int(readable(x.headers)["kafka_dlt-original-offset"]) for x in letters
+        ) == list(range(len(events)))
         # the good ones in order per key, with their headers as they came
         out = read(ordered, ordered.ordered.ordered_topic)
         got = {(x.key, orjson.loads(x.value)["seq"]): list(x.headers) for x in out}
@@ -213,7 +214,7 @@ def test_hostile_records_are_dead_lettered_and_good_ones_come_out(
         # every hostile command dead-lettered once with the reason it must get
         letters = read(commands, cdlq)
         assert len(letters) == len(labelled)
-        by_offset = {int(dict(x.headers)["kafka_dlt-original-offset"]): x for x in letters}
+        by_offset = {int(readable(x.headers)["kafka_dlt-original-offset"]): x for x in letters}
         assert sorted(by_offset) == list(range(len(labelled)))
         for offset, ((key, value, _), reason) in enumerate(labelled):
             letter = by_offset[offset]

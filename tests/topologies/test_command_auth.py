@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 
+from seqkeeper.processors.dead_letter import schema_document
 from seqkeeper.processors.inventory import registry
 from seqkeeper.settings import SettingError, Settings
 from seqkeeper.state.command_records import CommandStore
@@ -106,7 +107,7 @@ def test_a_refused_command_is_dead_lettered_and_changes_nothing(tmp_path: Path, 
     (letter,) = topology.take().records
     topic, key, value, hdrs = letter
     assert (topic, key, value) == ("commands.dlq", b"sku-1", orjson.dumps(doc))
-    found = {k: v.decode() for k, v in hdrs or []}
+    found = schema_document(hdrs or [])
     assert found["seqkeeper.reason"] == "unauthorized"
     assert "authorization" not in found  # the token is not copied
     sent = dict(headers(kind, doc))
