@@ -13,6 +13,8 @@ from typing import Any
 
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -151,6 +153,54 @@ def test_an_output_outside_any_span_goes_on_in_its_own_trace(
     assert send.parent is not None and f"{send.parent.span_id:016x}" == SPAN_A
     assert send.links == ()  # (nothing made it inside a span)
     assert stamped == [("traceparent", named(send)), ("tracestate", b"congo=t61")]
+
+
+header_values = st.one_of(
+    st.none(),
+    st.binary(max_size=60),
+    st.sampled_from([traceparent(TRACE_A, SPAN_A), traceparent(TRACE_B, SPAN_B)]),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    headers=st.lists(
+        st.tuples(st.sampled_from(["traceparent", "tracestate", "x", "y"]), header_values),
+        max_size=6,
+    ),
+    inside=st.booleans(),
+)
+def test_stamping_keeps_every_other_header_and_leaves_one_trace(
+    headers: list[tuple[str, bytes | None]], inside: bool
+) -> None:
+    """Whatever a record's headers hold (null, garbage, several traces),
+    an output's other headers stay as they were, in order, and it carries
+    exactly one valid ``traceparent``: the current span's when its trace is
+    the record's, else a span continuing its own; untouched outside any
+    span when it has no trace."""
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracing = Tracing(provider)
+    given_trace = [v for k, v in headers if k == "traceparent" and v is not None]
+    current: list[Any] = []
+    if inside:
+        with tracing.processing("in", 0, record(0, b"k", b"{}", headers)) as span:
+            current.append(span)
+            stamped = tracing.stamp("ordered", headers)
+    else:
+        stamped = tracing.stamp("ordered", headers)
+    others = [(k, v) for k, v in headers if k not in ("traceparent", "tracestate")]
+    assert [(k, v) for k, v in stamped or () if k not in ("traceparent", "tracestate")] == others
+    if not inside and not given_trace:
+        assert stamped == headers
+        return
+    ours = [v for k, v in stamped or () if k == "traceparent"]
+    assert len(ours) == 1 and ours[0] is not None
+    sends = [s for s in exporter.get_finished_spans() if s.name == "send ordered"]
+    # the record's own trace: the current span; none outside a span: a send span
+    expected = named(current[0]) if inside else named(sends[0])
+    assert ours[0] == expected
 
 
 def test_the_command_handler_s_span_has_the_command_s_type_and_ids(
