@@ -8,6 +8,7 @@ import asyncio
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -399,3 +400,51 @@ def test_tracing_off_imports_no_opentelemetry() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+#: ``seqkeeper worker``, with the SDK hidden as if the extra were not installed
+#: (``{hide}``: the line that hides it, or nothing).
+WORKER = """
+import sys
+{hide}
+from seqkeeper.cli import main
+sys.argv = ["seqkeeper", "worker", "-b", "127.0.0.1:9"]
+main()
+"""
+
+
+@pytest.mark.parametrize(
+    ("hide", "exporter", "line"),
+    [
+        (
+            True,
+            "otlp",
+            "error: SEQKEEPER_TRACING=otel needs the OpenTelemetry SDK: "
+            "pip install 'seqkeeper[otel]'",
+        ),
+        (
+            False,
+            "jaeger",
+            "error: OTEL_TRACES_EXPORTER=jaeger: no span exporter 'jaeger' is "
+            "installed (installed: console, otlp, otlp_proto_grpc, otlp_proto_http, or none)",
+        ),
+    ],
+)
+def test_a_worker_that_cannot_trace_says_why_in_one_line(
+    hide: bool, exporter: str, line: str, tmp_path: Path
+) -> None:
+    """Before any broker is asked (the address is a closed port)."""
+    program = WORKER.format(hide='sys.modules["opentelemetry"] = None' if hide else "")
+    done = subprocess.run(
+        [sys.executable, "-c", program],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={
+            "PATH": "/usr/bin:/bin",
+            "SEQKEEPER_TRACING": "otel",
+            "OTEL_TRACES_EXPORTER": exporter,
+        },
+        timeout=120,
+    )
+    assert (done.returncode, done.stderr.strip()) == (2, line)
