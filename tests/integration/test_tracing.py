@@ -229,8 +229,8 @@ def test_a_trace_goes_from_the_producer_through_the_ordered_worker_to_a_consumer
 
         def processed() -> list[Received]:
             got = [s for s in collector.received() if s.name == f"process {topic}"]
-            commit = any(s.name == "commit" for s in collector.received())
-            return got if len(got) >= n and commit else []
+            names = {s.name for s in collector.received()}
+            return got if len(got) >= n and {"commit", "restore"} <= names else []
 
         processing = wait_for(processed, worker)
     finally:
@@ -255,6 +255,9 @@ def test_a_trace_goes_from_the_producer_through_the_ordered_worker_to_a_consumer
         assert f"{consumer_context.trace_id:032x}" == trace_id
         assert f"{consumer_span.parent.span_id:016x}" == ours_.span_id
     check_the_cycles(received, broker)
+    # the state's restore at the assignment (the changelog's one partition)
+    restores = [s for s in received if s.name == "restore"]
+    assert any(s.attributes.get("seqkeeper.restore.partitions") == 1 for s in restores), restores
     assert len(exported.get_finished_spans()) == 2 * n  # (the test's own: sent, consumed)
 
 
