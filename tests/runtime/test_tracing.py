@@ -156,6 +156,44 @@ def test_an_output_outside_any_span_goes_on_in_its_own_trace(
     assert stamped == [("traceparent", named(send)), ("tracestate", b"congo=t61")]
 
 
+@pytest.mark.parametrize("is_async", [False, True])
+def test_a_processor_s_outputs_name_the_span_of_their_input(
+    tracing: Tracing, exporter: InMemorySpanExporter, is_async: bool
+) -> None:
+    def count(state: Any, message: Any) -> tuple[Any, list[Any]]:
+        n = (state or 0) + 1
+        return n, [{"n": n}]
+
+    async def count_async(state: Any, message: Any) -> tuple[Any, list[Any]]:
+        await asyncio.sleep(0)
+        return count(state, message)
+
+    settings = Settings.of(bootstrap="unused", processor="x:fn")
+    topology = OrderedTopology(settings, Stores(MemoryStore()), count_async if is_async else count)
+    topology.on_assigned({0})
+    topology.stamp = tracing.stamp
+
+    def event(key: str) -> bytes:
+        return orjson.dumps({"messageId": f"{key}-1", "seq": 1, "type": "t"})
+
+    a, b = traceparent(TRACE_A, SPAN_A), traceparent(TRACE_B, SPAN_B)
+    process(
+        tracing,
+        topology,
+        [
+            record(0, b"a", event("a"), [("traceparent", a)]),
+            record(1, b"b", event("b"), [("traceparent", b)]),
+        ],
+    )
+    first, second = by_name(exporter.get_finished_spans(), "process events.in")
+    processed = {
+        key: dict(headers or [])["traceparent"]
+        for topic, key, _, headers in topology.take().records
+        if topic == "processed"
+    }
+    assert processed == {b"a": named(first), b"b": named(second)}
+
+
 header_values = st.one_of(
     st.none(),
     st.binary(max_size=60),
