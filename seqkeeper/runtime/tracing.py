@@ -37,6 +37,9 @@ calls no longer overlap across keys of a fetch.
 from __future__ import annotations
 
 import contextvars
+import dataclasses
+import functools
+import inspect
 import os
 import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
@@ -289,17 +292,10 @@ class Tracing:
     def handlers(self, registry: Registry) -> Registry:
         """``registry`` with each handler's call in a ``handle`` span (an
         ``async def`` handler stays one)."""
-        return Registry(
-            {
-                (ctype, version): self._handler(handler)
-                for (ctype, version), handler in registry.handlers.items()
-            }
-        )
+        handlers = {at: self._handler(handler) for at, handler in registry.handlers.items()}
+        return dataclasses.replace(registry, handlers=handlers)
 
     def _handler(self, handler: Any) -> Any:
-        import functools
-        import inspect
-
         spans = self.handling
         call = type(handler).__call__
         if inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(call):
