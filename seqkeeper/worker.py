@@ -125,6 +125,7 @@ def run_worker(settings: Settings) -> None:
     ACL, its state) is raised, typed: ``seqkeeper worker`` says it in one
     line (:mod:`seqkeeper.cli.errors`)."""
 
+    from seqkeeper.runtime import tracing as spans
     from seqkeeper.runtime.guarantee import choose_guarantee
     from seqkeeper.runtime.task import LocalState, previous_members
     from seqkeeper.runtime.wiring import build_app
@@ -145,14 +146,17 @@ def run_worker(settings: Settings) -> None:
     principal = "" if is_anonymous(settings) else principal_of(settings)
 
     check_web_address(settings)
+    # (the SDK and its exporters: a missing extra or unknown exporter fails here)
+    tracing = spans.start(settings)
 
     # the user's code is loaded before any broker: a bad name fails fast
     wiring: Callable[[Settings], Wiring]
     codec = None
     if settings.runtime.topology == "commands":
+        registry = handlers_of(settings)
         wiring = functools.partial(
             command_worker.wiring,
-            registry=handlers_of(settings),
+            registry=registry if tracing is None else tracing.handlers(registry),
             keys=command_worker.token_keys(settings),
         )
     else:
@@ -171,7 +175,9 @@ def run_worker(settings: Settings) -> None:
             settings, embedded=isinstance(current_local(), EmbeddedBroker), principal=principal
         )
         take_over_previous_members(settings, previous_members(settings.runtime.data_dir))
-        app, task = build_app(settings, wiring(settings), beside=repartitioner(settings, codec))
+        app, task = build_app(
+            settings, wiring(settings), beside=repartitioner(settings, codec), tracing=tracing
+        )
         # state a newer release wrote is refused before anything opens it
         refused = refused_state(Path(app.conf.tabledir))
         if refused is not None:

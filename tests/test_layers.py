@@ -59,6 +59,10 @@ FORBIDDEN_THIRD_PARTY: dict[str, set[str]] = {
     "seqkeeper.topologies": {"faust", "mode", "aiokafka", "rocksdict", "pyspark"},
     "seqkeeper.runtime.protocol": {"faust", "mode", "aiokafka", "rocksdict", "pyspark"},
 }
+# Tracing is the runtime's (seqkeeper.runtime.tracing): the cores and the
+# topologies make no span.
+for _layer in ("seqkeeper.processors", "seqkeeper.state", "seqkeeper.topologies"):
+    FORBIDDEN_THIRD_PARTY[_layer] = FORBIDDEN_THIRD_PARTY[_layer] | {"opentelemetry"}
 
 
 def module_name(path: Path) -> str:

@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextvars
+import functools
 import logging
 import queue
 import threading
@@ -93,7 +95,9 @@ class _Threads:
                 self.idle += 1
                 threading.Thread(target=self._work, name="seqkeeper-user", daemon=True).start()
             self.idle -= 1
-        self.jobs.put((future, job))
+        # the caller's context goes with the call, as asyncio.to_thread's
+        # does: a span current in the agent is the handler's parent
+        self.jobs.put((future, functools.partial(contextvars.copy_context().run, job)))
         return future
 
     def _work(self) -> None:

@@ -163,6 +163,10 @@ class OutboxOwner:
     generation: int
     on_output: Callable[[], None]
     positions: dict[int, int]
+    #: set by the runtime while tracing is on: an output's headers (and its
+    #: topic's name) to the headers it is produced with
+    #: (:meth:`seqkeeper.runtime.tracing.Tracing.stamp`)
+    stamp: Callable[[str, Headers], Headers] | None = None
 
     def emit(
         self,
@@ -173,6 +177,8 @@ class OutboxOwner:
         headers: Headers = None,
     ) -> None:
         """Queue an output of input partition ``partition``'s state."""
+        if self.stamp is not None:
+            headers = self.stamp(topic, headers)
         outbox = self.outbox
         records = outbox.records
         if partition != outbox.partition:

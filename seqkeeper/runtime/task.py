@@ -89,6 +89,7 @@ from typing import Any, NamedTuple, Protocol
 
 from seqkeeper.adapter.transactions import Fenced, TransactionFailed
 from seqkeeper.runtime.protocol import Batch, Positions, Topology
+from seqkeeper.runtime.tracing import NO_CYCLE, Tracing
 from seqkeeper.state.base import Out, Record
 from seqkeeper.state.integrity import discard_corrupt
 
@@ -199,6 +200,8 @@ class Task:
         )
         #: asks whether the topics of a batch's addressed records take writes
         self.destinations = destinations
+        #: the commit cycles' spans (:mod:`seqkeeper.runtime.tracing`), if on
+        self.tracing: Tracing | None = None
         self.state = TaskState.CREATED
         self.wake = asyncio.Event()
         topology.on_output = self.wake.set
@@ -401,6 +404,16 @@ class CommitStrategy(Protocol):
         ...
 
 
+async def traced(spans: Any, work: Awaitable[None]) -> None:
+    """``work``, the rest of a cycle, then the end of the cycle's span."""
+    try:
+        await work
+    except BaseException as error:
+        spans.end(error)
+        raise
+    spans.end()
+
+
 class WriteAhead:
     """At-least-once: each batch's state is durable before its outputs are
     produced, and its outputs before they are confirmed (steps 3-5)."""
@@ -416,11 +429,25 @@ class WriteAhead:
         store = self.task.store
         writes = store.take_writes()
         release()
+        tracing = self.task.tracing
+        spans = (
+            NO_CYCLE
+            if tracing is None or not batch
+            else tracing.cycle("at_least_once", len(batch.records))
+        )
         # 3. flush: the state is durable before any of its outputs
-        await store.flush(writes)
-        return self._produce(batch, before)
+        try:
+            with spans.step("flush"):
+                await store.flush(writes)
+        except BaseException as error:
+            spans.end(error)
+            raise
+        work = self._produce(batch, before, spans)
+        return work if spans is NO_CYCLE else traced(spans, work)
 
-    async def _produce(self, batch: Batch, before: asyncio.Future[None] | None) -> None:
+    async def _produce(
+        self, batch: Batch, before: asyncio.Future[None] | None, spans: Any = NO_CYCLE
+    ) -> None:
         """Steps 4 and 5 (produce, confirm), in the order of the takes."""
         if before is not None:
             await before  # (and failing with it)
@@ -428,11 +455,13 @@ class WriteAhead:
             return
         task = self.task
         # 4. produce
-        await task._deliverable(batch)
-        grouped = await task.producer.group(batch.records, task.topic_of)
-        await task.producer.send(grouped)
+        with spans.step("produce"):
+            await task._deliverable(batch)
+            grouped = await task.producer.group(batch.records, task.topic_of)
+            await task.producer.send(grouped)
         # 5. confirm
-        task.topology.confirm(batch)
+        with spans.step("confirm"):
+            task.topology.confirm(batch)
 
     async def last_writes(self) -> None:
         store = self.task.store
@@ -476,10 +505,22 @@ class Transactional:
         positions = dict(topology.positions)
         writes = self.task.store.take_writes()
         release()
-        return self._transact(batch, writes, positions, before)
+        tracing = self.task.tracing
+        spans = (
+            NO_CYCLE
+            if tracing is None or not batch
+            else tracing.cycle("exactly_once", len(batch.records))
+        )
+        work = self._transact(batch, writes, positions, before, spans)
+        return work if spans is NO_CYCLE else traced(spans, work)
 
     async def _transact(
-        self, batch: Batch, writes: Any, positions: dict[int, int], before: Any
+        self,
+        batch: Batch,
+        writes: Any,
+        positions: dict[int, int],
+        before: Any,
+        spans: Any = NO_CYCLE,
     ) -> None:
         """E3-E4, in the order of the takes: per input partition with work,
         one transaction of its changelog writes, its outputs and its input
@@ -505,7 +546,8 @@ class Transactional:
             written = writes.get(partition)
             if written is not None:
                 records[(changelog, partition)] = written.records()
-            return await transactions.commit(partition, records, moved.get(partition))
+            with spans.step("transaction", **{"seqkeeper.input.partition": partition}):
+                return await transactions.commit(partition, records, moved.get(partition))
 
         try:
             done = await asyncio.gather(*(commit(p) for p in partitions))

@@ -10,6 +10,7 @@ the runtime is here; Faust's own behaviour is changed only in
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import sys
@@ -42,6 +43,7 @@ from seqkeeper.runtime.progress import (
 from seqkeeper.runtime.protocol import Query, Topology, Wiring
 from seqkeeper.runtime.query_routing import Access, Placement, admit, answer
 from seqkeeper.runtime.task import Task, TaskState
+from seqkeeper.runtime.tracing import Tracing
 from seqkeeper.security import ClientSecurity
 from seqkeeper.settings import Guarantee, Settings
 from seqkeeper.state.formats import UnreadableState, open_partitions
@@ -322,9 +324,11 @@ def build_app(
     settings: Settings,
     wiring: Wiring,
     beside: Iterable[Callable[[], Awaitable[None]]] = (),
+    tracing: Tracing | None = None,
 ) -> tuple[App, Task]:
     """The Faust app running ``wiring``'s topology, and its task; ``beside``:
-    services that run with it until it stops (a repartitioner)."""
+    services that run with it until it stops (a repartitioner); ``tracing``:
+    the worker's spans, if on (:mod:`seqkeeper.runtime.tracing`)."""
     app: Any = make_app(settings)
     for service in beside:
         app.task(service)
@@ -358,6 +362,11 @@ def build_app(
     )
 
     app.install(WorkerLifecycle(app, task, store, table, wiring.input_topic, transactions))
+    if tracing is not None:
+        tracing.topic_of = wiring.output_topic
+        task.tracing = tracing
+        topology.stamp = tracing.stamp  # type: ignore[attr-defined]
+        watch_restores(app, tracing.restores())
 
     @app.on_partitions_revoked.connect  # type: ignore[untyped-decorator]
     async def cycle_before_revoke(sender: Any, revoked: Any, **kwargs: Any) -> None:
@@ -393,12 +402,21 @@ def build_app(
             if not current(app, fetched):
                 continue
             wall = time.time()
-            for tp, records in fetched.partitions:
-                waiting = on_records(tp.partition, records, wall)
-                if waiting is not None:  # a user's async function
-                    await waiting
-                    if not current(app, fetched):  # a rebalance began meanwhile:
-                        break  # the state may be closing; no other partition now
+            if tracing is not None:  # (a span per record, the records one at a time)
+                await tracing.process(
+                    wiring.input_topic,
+                    fetched.partitions,
+                    wall,
+                    on_records,
+                    functools.partial(current, app, fetched),
+                )
+            else:
+                for tp, records in fetched.partitions:
+                    waiting = on_records(tp.partition, records, wall)
+                    if waiting is not None:  # a user's async function
+                        await waiting
+                        if not current(app, fetched):  # a rebalance began meanwhile:
+                            break  # the state may be closing; no other partition now
             if not current(app, fetched):
                 continue  # (read again from the committed offsets: never acked)
             ack_batch(app, fetched.partitions)

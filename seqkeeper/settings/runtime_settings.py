@@ -99,6 +99,15 @@ class RuntimeSettings(Group):
         "/metrics are served either way.",
         choice("on", "off"),
     )
+    tracing: str = var(
+        "SEQKEEPER_TRACING",
+        "off",
+        "OpenTelemetry spans: off, or otel (needs pip install 'seqkeeper[otel]'; the "
+        "standard OTEL_* variables configure the SDK: OTEL_TRACES_EXPORTER, default otlp, "
+        "OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_SERVICE_NAME, OTEL_SDK_DISABLED=true turns it "
+        "off). See docs/operations.md#tracing.",
+        choice("off", "otel"),
+    )
     http_token: str = var(
         "SEQKEEPER_HTTP_TOKEN",
         "",
