@@ -109,12 +109,17 @@ def trace_of(headers: Iterable[tuple[str, bytes | None]]) -> tuple[tuple[str, by
 
 
 class Codec(Protocol):
-    """How record values are read: bytes to a document (a mapping for a
-    valid message). JSON is built in; a user's codec (Avro, Protobuf, …)
-    is named by ``SEQKEEPER_CODEC``. ``decode`` raises ``ValueError`` (or
-    a subclass) for bytes it cannot read."""
+    """How record values are read and written: bytes to a document (a
+    mapping for a valid message) and back. JSON is built in, Avro too
+    (``SEQKEEPER_CODEC=avro``); a user's codec (Protobuf, …) is named by
+    ``SEQKEEPER_CODEC``. ``decode`` raises ``ValueError`` (or a subclass)
+    for bytes it cannot read; ``encode`` makes every value seqkeeper
+    writes itself (gap markers, processor outputs), so one topic never
+    mixes formats, and raises for a document it cannot write."""
 
     def decode(self, value: bytes) -> Any: ...
+
+    def encode(self, document: Any) -> bytes: ...
 
 
 @value

@@ -115,17 +115,21 @@ def message_of(key: str, item: Emission, decode: Callable[[bytes], Any] = orjson
     """The :class:`Message` ``fn`` sees for a released item (``decode``:
     the input's codec)."""
     if isinstance(item, GapSkipped):
-        body = orjson.loads(item.value)
+        body = item.document
         return Message(key, item.first, item.message_id, GAP_SKIPPED, body["data"], body)
     body = decode(item.value)
     data = body.get("data") if isinstance(body, Mapping) else None
     return Message(key, item.seq, item.message_id, item.type, data, body, item.headers)
 
 
-def results(message: Message, result: Any) -> tuple[bytes, list[OutRecord]]:
+def results(
+    message: Message, result: Any, encode: Callable[[Any], bytes] | None = None
+) -> tuple[bytes, list[OutRecord]]:
     """Check what ``fn`` returned for ``message`` and encode it: the new
-    state as JSON, and the output records (role ``"processed"``) with their
-    messageIds. Raises :class:`InvalidResult` saying what is wrong."""
+    state as JSON (seqkeeper's own record), and the output records (role
+    ``"processed"``) with their messageIds, each value written by
+    ``encode`` (the value codec's; ``None``: JSON). Raises
+    :class:`InvalidResult` saying what is wrong."""
     if not isinstance(result, tuple) or len(result) != 2:
         raise InvalidResult(
             f"the processor must return (new_state, outputs), got {type(result).__name__}"
@@ -152,10 +156,23 @@ def results(message: Message, result: Any) -> tuple[bytes, list[OutRecord]]:
         if out.type is not None:
             body["type"] = out.type
         body["data"] = out.data
-        try:
-            value = orjson.dumps(body)
-        except TypeError as exc:
-            raise InvalidResult(f"output {n} is not JSON-serialisable: {exc}") from None
+        if encode is None:
+            try:
+                value = orjson.dumps(body)
+            except TypeError as exc:
+                raise InvalidResult(f"output {n} is not JSON-serialisable: {exc}") from None
+        else:
+            try:
+                value = encode(body)
+            except Exception as exc:  # noqa: BLE001 - the codec's: any failure is the output's
+                raise InvalidResult(
+                    f"output {n} cannot be encoded by the value codec: {type(exc).__name__}: {exc}"
+                ) from None
+            if not isinstance(value, bytes):
+                raise InvalidResult(
+                    f"output {n}: the value codec's encode returned a "
+                    f"{type(value).__name__}, not bytes"
+                )
         key = message.key if out.key is None else out.key
         if not isinstance(key, str) or not key:
             raise InvalidResult(f"output {n}: key must be a non-empty string, got {key!r}")
@@ -182,14 +199,17 @@ def dead_letter(
     exception_class: str,
     attempts: int,
     origin: tuple[str, int, int],
+    encode: Callable[[Any], bytes] | None = None,
 ) -> OutRecord:
     """The dead letter of a message ``fn`` failed on ``attempts`` times:
-    the input value as is, the reason and the last error in headers.
-    ``origin``: input topic, partition and offset (``-1``: not known)."""
+    the input value as is (a gap marker's in the value codec, whose
+    ``encode`` is given; ``None``: JSON), the reason and the last error in
+    headers. ``origin``: input topic, partition and offset (``-1``: not known)."""
     detail = f"processor failed {attempts} times; last error: {error}"
     headers = dead_letter_headers(
         PROCESSOR_FAILED, detail, *origin, exception_class=exception_class
     )
     headers.append(("seqkeeper.attempts", str(attempts).encode()))
     headers.append(("seqkeeper.seq", str(first_seq(item)).encode()))
-    return ("dlq", key.encode(), item.value, headers)
+    value = item.encoded(encode) if isinstance(item, GapSkipped) else item.value
+    return ("dlq", key.encode(), value, headers)

@@ -84,9 +84,9 @@ Invariants (checked by ``tests/processors/test_resequencer.py``):
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import field
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 import orjson
 
@@ -160,15 +160,24 @@ class GapSkipped:
         return f"seqkeeper.gap:{self.key}:{self.first}-{self.last}"
 
     @property
+    def document(self) -> dict[str, Any]:
+        """The marker as a document, for the value codec to write."""
+        return {
+            "messageId": self.message_id,
+            "seq": self.first,
+            "type": GAP_SKIPPED,
+            "data": {"from": self.first, "to": self.last},
+        }
+
+    @property
     def value(self) -> bytes:
-        return orjson.dumps(
-            {
-                "messageId": self.message_id,
-                "seq": self.first,
-                "type": GAP_SKIPPED,
-                "data": {"from": self.first, "to": self.last},
-            }
-        )
+        """The marker in JSON (the default codec)."""
+        return orjson.dumps(self.document)
+
+    def encoded(self, encode: Callable[[Any], bytes] | None) -> bytes:
+        """The marker's value in the codec whose ``encode`` is given
+        (``None``: JSON)."""
+        return orjson.dumps(self.document) if encode is None else encode(self.document)
 
 
 Emission = Message | GapSkipped

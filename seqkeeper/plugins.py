@@ -17,7 +17,10 @@ import sys
 from typing import Any
 
 from seqkeeper.processors.command import Registry
+from seqkeeper.processors.envelope import Codec
+from seqkeeper.processors.resequencer import GapSkipped
 from seqkeeper.settings import VARS
+from seqkeeper.settings.ordered_settings import OrderedSettings
 
 
 class PluginError(ValueError):
@@ -84,9 +87,62 @@ def load_processor(spec: str, setting: str = VARS["processor"].env) -> Any:
     return fn
 
 
+def codec_of(ordered: OrderedSettings) -> Codec | None:
+    """The value codec the ordered settings name (``SEQKEEPER_CODEC``):
+    ``None`` for JSON, the built-in Avro codec for ``avro``, else the
+    user's (:func:`load_codec`). Checked here, before any broker: it must
+    write a gap marker it can read back (markers go on the ordered topic
+    beside the input's records)."""
+    spec = ordered.codec.strip()
+    if spec in ("", "json"):
+        return None
+    setting = VARS["codec"].env
+    codec = avro_codec(ordered) if spec == "avro" else load_codec(spec, setting)
+    marker = GapSkipped("key", 1, 2).document
+    try:
+        back = codec.decode(codec.encode(marker))
+        fits = all(back.get(name) == v for name, v in marker.items())
+    except Exception as e:  # noqa: BLE001 - the user's codec: say what it raised, in one line
+        raise PluginError(
+            f"{setting}={spec!r}: cannot write a gap marker and read it back "
+            f"({type(e).__name__}: {e}); docs/codecs.md says what a schema needs"
+        ) from None
+    if not fits:
+        raise PluginError(
+            f"{setting}={spec!r}: a gap marker written and read back is {back!r}, "
+            f"not {marker!r}; docs/codecs.md says what a schema needs"
+        )
+    return codec
+
+
+def avro_codec(ordered: OrderedSettings) -> Codec:
+    """The built-in Avro codec of ``SEQKEEPER_AVRO_SCHEMA`` (and ``_ID``)."""
+    setting = VARS["avro_schema"].env
+    path = ordered.avro_schema.strip()
+    if not path:
+        raise PluginError(f"{VARS['codec'].env}='avro' needs {setting}: the .avsc schema file")
+    try:
+        import fastavro  # noqa: F401 - the optional extra: say how to install it
+    except ImportError:
+        raise PluginError(
+            f"{VARS['codec'].env}='avro' needs fastavro: pip install 'seqkeeper[avro]'"
+        ) from None
+    from seqkeeper.state.value_codecs import AvroCodec
+
+    try:
+        return AvroCodec.from_file(path, ordered.avro_schema_id)
+    except OSError as e:
+        raise PluginError(f"{setting}={path!r}: cannot read it: {e.strerror or e}") from None
+    except Exception as e:  # noqa: BLE001 - not JSON, or not an Avro schema: say which
+        raise PluginError(
+            f"{setting}={path!r}: not an Avro schema: {type(e).__name__}: {e}"
+        ) from None
+
+
 def load_codec(spec: str, setting: str = VARS["codec"].env) -> Any:
     """The value codec ``spec`` names: an object (or class, instantiated
-    without arguments) with ``decode(bytes)``; ``None`` for ``json``."""
+    without arguments) with ``decode(bytes)`` and ``encode(document)``;
+    ``None`` for ``json``."""
     if spec.strip() in ("", "json"):
         return None
     codec = load(spec, setting)
@@ -99,4 +155,10 @@ def load_codec(spec: str, setting: str = VARS["codec"].env) -> Any:
             ) from None
     if not callable(getattr(codec, "decode", None)):
         raise PluginError(f"{setting}={spec!r}: has no decode(bytes) method")
+    if not callable(getattr(codec, "encode", None)):
+        # (no JSON fallback: a topic would get records of two formats)
+        raise PluginError(
+            f"{setting}={spec!r}: has no encode(document) -> bytes method; seqkeeper writes "
+            f"its gap markers and processor outputs with it (docs/codecs.md)"
+        )
     return codec

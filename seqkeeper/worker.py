@@ -31,7 +31,7 @@ from seqkeeper.permissions import (
     is_anonymous,
     principal_of,
 )
-from seqkeeper.plugins import PluginError, load_codec, load_processor, load_registry
+from seqkeeper.plugins import PluginError, codec_of, load_processor, load_registry
 from seqkeeper.processors.command import Registry
 from seqkeeper.runtime.protocol import Wiring
 from seqkeeper.security import ClientSecurity, install
@@ -163,7 +163,7 @@ def run_worker(settings: Settings) -> None:
         processor = (
             load_processor(settings.ordered.processor) if settings.ordered.processor else None
         )
-        codec = load_codec(settings.ordered.codec)
+        codec = codec_of(settings.ordered)
         wiring = functools.partial(ordered.wiring, processor=processor, codec=codec)
 
     with broker_for(settings) as settings:

@@ -32,9 +32,11 @@ without new records appends nothing.
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
@@ -43,6 +45,7 @@ from typing import Any
 import orjson
 
 from seqkeeper.processors.audit_retention import OTHERS, AuditRetention
+from seqkeeper.processors.envelope import Codec
 from seqkeeper.security import current
 from seqkeeper.spark_sink import tables
 from seqkeeper.spark_sink.crypto import Sealer, StreamKeys
@@ -95,6 +98,67 @@ def _sealed(out: Any, streams: dict[str, Sealer]) -> Any:
     return out.withColumn(
         "data", F.udf(data, StringType(), useArrow=False)("data", ctx, "stream_name")
     ).withColumn("value", F.udf(value, BinaryType(), useArrow=False)("value", ctx, "stream_name"))
+
+
+#: The fields :func:`compact_audit` reads of a value (a field that is not a
+#: string is kept as JSON text, as Spark's ``from_json`` keeps it).
+DOC_FIELDS = (
+    "messageId",
+    "type",
+    "data",
+    "metadata",
+    "commandType",
+    "payload",
+    "correlationId",
+    "causationId",
+    "tenantId",
+    "replyTo",
+    "schemaVersion",
+)
+DOC_SCHEMA = ", ".join(f"{name} STRING" for name in DOC_FIELDS)
+
+
+def _decoder(codec: Codec) -> Callable[[bytes | None], tuple[str | None, ...] | None]:
+    """A Spark UDF's function: a value decoded by ``codec`` as the row of
+    :data:`DOC_SCHEMA` (``None`` for a value it cannot read, as
+    ``from_json`` gives for bad JSON). The codec travels pickled, and is
+    unpickled in the Python worker with the driver's import path, so a
+    user's codec from their own project (the current directory) loads
+    there too."""
+    from pyspark import cloudpickle
+
+    blob = cloudpickle.dumps(codec)  # type: ignore[no-untyped-call]
+    paths = [p for p in sys.path if p]
+    loaded: list[Codec] = []
+
+    def decode(value: bytes | None) -> tuple[str | None, ...] | None:
+        if value is None:
+            return None
+        if not loaded:
+            sys.path.extend(p for p in paths if p not in sys.path)
+            loaded.append(cloudpickle.loads(blob))
+        try:
+            doc = loaded[0].decode(bytes(value))
+        except Exception:  # noqa: BLE001 - a value the codec cannot read: no fields
+            return None
+        if not isinstance(doc, Mapping):
+            return None
+        return tuple(_text(doc.get(name)) for name in DOC_FIELDS)
+
+    return decode
+
+
+def _text(field: Any) -> str | None:
+    if field is None or isinstance(field, str):
+        return field
+    return orjson.dumps(field, default=_jsonable).decode()
+
+
+def _jsonable(field: Any) -> Any:
+    """What JSON has no type for (Avro bytes and fixed, decimals, UUIDs)."""
+    if isinstance(field, (bytes, bytearray)):
+        return base64.b64encode(field).decode("ascii")
+    return str(field)
 
 
 #: The column :func:`compact_audit` adds for each record's headers, in the
@@ -210,6 +274,8 @@ def compact_audit(
     id_header: str = "",
     isolation: str = "read_committed",
     ends: dict[str, dict[str, int]] | None = None,
+    codec: Codec | None = None,
+    codec_topics: Collection[str] = (),
 ) -> int:
     """Append the topics' new records to the audit log; the run's number.
     One row per message id per stream, as message-db writes them
@@ -221,7 +287,9 @@ def compact_audit(
     output becomes a row). With a ``sealer``, marked ``data`` fields, raw
     values and header values are encrypted (:mod:`spark_sink.crypto`).
     ``ends``: where the run stops (default: the topics' ends now;
-    ``compact --follow`` passes a micro-batch's end offsets)."""
+    ``compact --follow`` passes a micro-batch's end offsets). ``codec``:
+    how the values of ``codec_topics`` (the ordered worker's) are read
+    (``SEQKEEPER_CODEC``; ``None`` and other topics: JSON)."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
     from pyspark.sql.types import BinaryType
@@ -246,12 +314,10 @@ def compact_audit(
             "endingOffsets": json.dumps(ends),
         },
     )
-    doc = F.from_json(
-        F.col("value").cast("string"),
-        "messageId STRING, type STRING, data STRING, metadata STRING, commandType STRING, "
-        "payload STRING, correlationId STRING, causationId STRING, tenantId STRING, "
-        "replyTo STRING, schemaVersion STRING",
-    )
+    doc = F.from_json(F.col("value").cast("string"), DOC_SCHEMA)
+    if codec is not None and codec_topics:  # (the ordered worker's topics: in its codec)
+        decoded = F.udf(_decoder(codec), DOC_SCHEMA, useArrow=False)("value")
+        doc = F.when(F.col("topic").isin(*codec_topics), decoded).otherwise(doc)
     # Commands carry their metadata at the top level (schemas/command.schema.json).
     envelope = F.struct(
         *[

@@ -258,6 +258,7 @@ def follow(
     checkpoint: str | None = None,
     plan: Plan | None = None,
     on_topics: Callable[[list[str]], None] = lambda new: None,
+    codec: Any = None,
 ) -> None:
     """Run the streaming query until ``stop`` is set (then after the
     current batch: a batch that starts after ``stop`` does nothing).
@@ -267,7 +268,8 @@ def follow(
     worker started after ``compact --follow``, a reply topic created
     later), the query is stopped after its batch and started again over
     them all, with ``on_topics(new)`` called first. A restart loses
-    nothing: a query starts where the tables are."""
+    nothing: a query starts where the tables are. ``codec``: the ordered
+    worker's value codec (:func:`~spark_sink.job.run_compact`)."""
     spark.dataSource.register(OffsetsSource)
     replan_every = max(trigger_seconds, 5.0)
     while not stop.is_set():
@@ -283,6 +285,7 @@ def follow(
             checkpoint,
             plan,
             replan_every,
+            codec,
         )
         if stop.is_set() or plan is None:
             return
@@ -314,6 +317,7 @@ def _query(
     checkpoint: str | None,
     plan: Plan | None,
     replan_every: float,
+    codec: Any = None,
 ) -> None:
     """One streaming query over ``topics``, until ``stop`` or until
     ``plan`` names a topic it does not read."""
@@ -348,6 +352,7 @@ def _query(
                     topics=topics,
                     report=summaries.append,
                     ends=at_least(ends, table_offsets(warehouse)),
+                    codec=codec,
                 )
             except tables.LostCommit as e:
                 log.warning("follow batch %d: %s", batch_id, e)

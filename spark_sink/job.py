@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from seqkeeper.processors.envelope import Codec
 from seqkeeper.processors.return_address import ReplyTopics, matches, refusal
 from seqkeeper.security import kafka_options
 from seqkeeper.settings import Settings
@@ -61,6 +62,13 @@ def plan_topics(settings: Settings, existing: set[str]) -> tuple[list[str], list
         *[t for t in messages if t in existing],
         *[t for t in replies if t not in messages],
     ]
+
+
+def codec_topics(settings: Settings) -> list[str]:
+    """The topics whose values are in ``SEQKEEPER_CODEC``: the ordered
+    worker's (the command worker's are JSON)."""
+    ordered = settings.with_overrides(topology="ordered").ordered
+    return list(dict.fromkeys([*ordered.topics(), ordered.processed_topic]))
 
 
 def spark_session(master: str) -> Any:
@@ -117,6 +125,7 @@ def run_compact(
     report: Callable[[AuditSummary], None] = lambda summary: None,
     ends: dict[str, dict[str, int]] | None = None,
     retained: Callable[[RetentionReport], None] = lambda report: None,
+    codec: Codec | None = None,
 ) -> dict[str, int]:
     """One compaction run; the run numbers of the snapshots and the audit
     (``sealer``: encrypt at rest, :mod:`spark_sink.crypto`). ``step(label,
@@ -126,7 +135,9 @@ def run_compact(
     starts: a refusal in the middle would leave the units before it
     committed); None: found here. ``report``: the audit run's summary
     (rows, copies skipped, conflicts). ``ends``: where the run stops, per
-    topic and partition (default: the topics' ends now)."""
+    topic and partition (default: the topics' ends now). ``codec``: the
+    value codec of the ordered worker's topics (``SEQKEEPER_CODEC``,
+    loaded by the caller; ``None``: JSON)."""
     changelogs, messages = topics if topics is not None else planned_topics(settings)
     total = len(changelogs) + bool(messages)
     done = {}
@@ -153,6 +164,8 @@ def run_compact(
             id_header=settings.ordered.message_id_header,
             isolation=settings.broker.isolation,
             ends=None if ends is None else {t: ends.get(t, {}) for t in messages},
+            codec=codec,
+            codec_topics=codec_topics(settings),
         )
     if not settings.spark.audit_retention.keeps_everything:
         retained(apply_retention(warehouse, settings.spark.audit_retention))

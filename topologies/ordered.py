@@ -108,6 +108,11 @@ class OrderedTopology(OutboxOwner):
         self.time_field = settings.ordered.time_field()
         self.max_skew = settings.ordered.max_clock_skew
         self.shape = shape
+        #: how gap markers are written: the value codec's encode (``None``:
+        #: JSON); a released message goes on as its input's bytes
+        self.encode: Callable[[Any], bytes] | None = (
+            None if shape.codec is None else shape.codec.encode
+        )
         #: the topic read (named in dead letters): the input, or its repartition
         self.source_topic = source_topic or settings.ordered.input_topic
         self.stores = stores
@@ -533,7 +538,7 @@ class OrderedTopology(OutboxOwner):
             log.debug("key=%s: confirmed before the crash: %s", key, missing)
         kbytes = key.encode("utf-8")
         for item in items:
-            self.emit(partition, "ordered", kbytes, item.value, _headers(item))
+            self.emit(partition, "ordered", kbytes, _value(item, self.encode), _headers(item))
         self.metrics.reemitted.labels("ordered").inc(len(items))
         if state.next_expected is not None:
             self.to_confirm(partition, key, state.next_expected, items)
@@ -624,11 +629,14 @@ class OrderedTopology(OutboxOwner):
         waiting key, not one per message)."""
         if step.emitted:
             kbytes = key.encode("utf-8")
-            for item in step.emitted:
-                self.emit(partition, "ordered", kbytes, item.value, _headers(item))
-                if isinstance(item, GapSkipped):
+            emit = self.emit
+            for item in step.emitted:  # (one type test per item: the hot path)
+                if isinstance(item, GapSkipped):  # its marker, in the value codec, no headers
+                    emit(partition, "ordered", kbytes, item.encoded(self.encode), None)
                     self.metrics.skipped.inc(item.last - item.first + 1)
                     log.warning("gap skipped key=%s from=%s to=%s", key, item.first, item.last)
+                else:  # the input's bytes and headers, as they came
+                    emit(partition, "ordered", kbytes, item.value, item.headers or None)
             if step.state.next_expected is not None:
                 self.to_confirm(partition, key, step.state.next_expected, step.emitted)
         if step.buffered_delta:
@@ -667,6 +675,12 @@ def _iso(t: float) -> str:
         return datetime.datetime.fromtimestamp(t, datetime.UTC).isoformat(timespec="seconds")
     except (OverflowError, OSError, ValueError):
         return f"{t:g} s after the epoch"
+
+
+def _value(item: Emission, encode: Callable[[Any], bytes] | None) -> bytes:
+    """An ordered output's value: the input's bytes, or the gap marker's
+    in the value codec."""
+    return item.encoded(encode) if type(item) is GapSkipped else item.value
 
 
 def _headers(item: Emission) -> Headers | None:

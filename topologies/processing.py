@@ -122,6 +122,8 @@ class ProcessorStage:
         )
         self.input_topic = input_topic or settings.ordered.input_topic  # (for dead letters)
         self.decode: Callable[[bytes], Any] = orjson.loads if codec is None else codec.decode
+        #: how outputs are written: the codec's encode (``None``: JSON)
+        self.encode: Callable[[Any], bytes] | None = None if codec is None else codec.encode
         self.store = store
         self.emit = emit
         self.stored = stored
@@ -271,7 +273,7 @@ class ProcessorStage:
         cursor = record[0]
         if ok:
             try:
-                state, records = results(message, result)
+                state, records = results(message, result, self.encode)
             except InvalidResult as exc:
                 ok, result = False, exc
         if not ok:
@@ -293,7 +295,15 @@ class ProcessorStage:
                 else self.offset_of(partition, key, item.message_id)
             )
             records = [
-                dead_letter(key, item, error, cls, attempts, (self.input_topic, partition, offset))
+                dead_letter(
+                    key,
+                    item,
+                    error,
+                    cls,
+                    attempts,
+                    (self.input_topic, partition, offset),
+                    self.encode,
+                )
             ]
             state = record[1] or b"null"
             self.dead_lettered.labels(PROCESSOR_FAILED).inc()

@@ -76,6 +76,7 @@ def compact(
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
     from seqkeeper.access import check_topics
+    from seqkeeper.plugins import codec_of
     from seqkeeper.spark_sink.job import planned_topics, run_compact, spark_session, watch_tasks
     from seqkeeper.spark_sink.tables import (
         LegacyWarehouse,
@@ -90,6 +91,7 @@ def compact(
         needs_broker=True, bootstrap=broker, app_id=app_id, connects=True, isolation=isolation
     )
     sealer = audit_sealer()
+    codec = codec_of(settings.ordered)  # (before Spark: a bad codec is one line)
     if reseal and sealer is None:
         raise Usage(
             f"--reseal moves sealed values to the current audit key, but none is set: "
@@ -112,7 +114,17 @@ def compact(
     if metrics_port is not None and not follow:
         raise Usage("--metrics-port serves the follow mode's metrics: add --follow")
     if follow:
-        _follow(settings, warehouse, master, topics, trigger_seconds, sealer, console, metrics_port)
+        _follow(
+            settings,
+            warehouse,
+            master,
+            topics,
+            trigger_seconds,
+            sealer,
+            console,
+            metrics_port,
+            codec,
+        )
         return
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
     with Progress(*columns, console=console) as bar:
@@ -156,6 +168,7 @@ def compact(
                 topics,
                 summaries.append,
                 retained=retained.append,
+                codec=codec,
             )
             bar.update(units, description="committed", completed=started)
             bar.update(tasks, visible=False)
@@ -213,6 +226,7 @@ def _follow(
     sealer: Any,
     console: Any,
     metrics_port: int | None,
+    codec: Any = None,
 ) -> None:
     """``compact --follow``: micro-batches until Ctrl-C or SIGTERM, which
     stop it after the batch under way (a kill mid-batch commits nothing of
@@ -299,6 +313,7 @@ def _follow(
             sealer,
             plan=plan,
             on_topics=on_topics,
+            codec=codec,
         )
     finally:
         spark.stop()

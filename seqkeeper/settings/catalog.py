@@ -71,6 +71,8 @@ class Settings:
             value = getattr(getattr(self, v.group), v.name)
             if isinstance(value, Secret):
                 env[v.env] = value.reveal()
+            elif value is None:  # (an optional number not set)
+                env[v.env] = ""
             elif isinstance(value, bool):
                 env[v.env] = "true" if value else "false"
             else:

@@ -16,6 +16,7 @@ from seqkeeper.settings.variables import (
     dotted_path,
     field_path,
     positive_integer,
+    schema_id,
     seconds,
     var,
 )
@@ -140,8 +141,23 @@ class OrderedSettings(Group):
     codec: str = var(
         "SEQKEEPER_CODEC",
         "json",
-        "How input values are read: json, or module:attribute naming an object with "
-        "decode(bytes) -> mapping (e.g. Avro).",
+        "How values are read and written (input, gap markers, processor outputs; also by "
+        "compact): json, avro (SEQKEEPER_AVRO_SCHEMA), or module:attribute naming an object "
+        "with decode(bytes) -> mapping and encode(mapping) -> bytes. See docs/codecs.md.",
+    )
+    avro_schema: str = var(
+        "SEQKEEPER_AVRO_SCHEMA",
+        "",
+        "With SEQKEEPER_CODEC=avro: the .avsc file of every value the ordered worker reads "
+        "and writes (it must also fit gap markers and processor outputs: docs/codecs.md).",
+    )
+    avro_schema_id: int | None = var(
+        "SEQKEEPER_AVRO_SCHEMA_ID",
+        "",
+        "With SEQKEEPER_CODEC=avro: the schema's registry id; values are then in the "
+        "Confluent wire format (magic byte 0, the id, the Avro binary) and a value with "
+        "another id is dead-lettered. Empty: plain Avro binary.",
+        schema_id,
     )
     processor: str = var(
         "SEQKEEPER_PROCESSOR",

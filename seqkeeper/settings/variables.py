@@ -152,6 +152,16 @@ def dotted_path(text: str) -> str:
     return text
 
 
+def schema_id(text: str) -> int | None:
+    """A schema registry id (0 to 2**31 - 1, a Java int), or ``None`` when empty."""
+    if not text.strip():
+        return None
+    value = integer(text)
+    if not 0 <= value <= 2**31 - 1:
+        raise ValueError(f"expected a schema id from 0 to {2**31 - 1}, got {value}")
+    return value
+
+
 def positive_integer(text: str) -> int:
     value = integer(text)
     if value < 1:

@@ -8,7 +8,7 @@ import time
 
 from seqkeeper.fleet.poll import poll
 from seqkeeper.fleet.processes import WorkerProcess
-from seqkeeper.plugins import load_codec
+from seqkeeper.plugins import codec_of
 from seqkeeper.processors.envelope import Shape
 from seqkeeper.settings import Settings
 from seqkeeper.topics import Record, TopicCache, UnknownTopic
@@ -21,7 +21,7 @@ def message_shape(settings: Settings) -> Shape:
     codec loaded): how :func:`verify_topics` reads them. A codec that cannot
     be loaded is a :class:`~seqkeeper.plugins.PluginError`, a bad dotted
     path a ``ValueError``."""
-    return settings.ordered.shape(load_codec(settings.ordered.codec))
+    return settings.ordered.shape(codec_of(settings.ordered))
 
 
 async def verify_topics(

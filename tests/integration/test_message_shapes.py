@@ -101,11 +101,26 @@ def test_a_key_field_repartitions_and_headers_pass_through(make_settings, tmp_pa
 
 CODEC = '''
 class KeyValueCodec:
-    """Values as ``name=value;...`` text (numbers as integers)."""
+    """Values as ``name=value;...`` text (numbers as integers; a nested
+    field's name dotted)."""
 
     def decode(self, value):
-        pairs = (part.split("=", 1) for part in value.decode().split(";") if part)
-        return {k: int(v) if v.isdigit() else v for k, v in pairs}
+        doc = {}
+        for part in value.decode().split(";"):
+            if part:
+                name, v = part.split("=", 1)
+                *parents, leaf = name.split(".")
+                node = doc
+                for p in parents:
+                    node = node.setdefault(p, {})
+                node[leaf] = int(v) if v.isdigit() else v
+        return doc
+
+    def encode(self, document, prefix=""):
+        return b";".join(
+            self.encode(v, f"{prefix}{k}.") if isinstance(v, dict) else f"{prefix}{k}={v}".encode()
+            for k, v in document.items()
+        )
 '''
 
 
