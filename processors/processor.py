@@ -41,6 +41,7 @@ __all__ = [
     "Processor",
     "TOPIC_ROLE",
     "TopicNotAllowed",
+    "command_message",
     "dead_letter",
     "first_seq",
     "is_done",
@@ -91,6 +92,11 @@ class Output:
     key: str | None = None
     headers: Sequence[tuple[str, str | bytes]] = ()
     topic: str | None = None
+    #: ``False``: ``data`` is the whole value, written as it is (another
+    #: service's format, a Command Message: :func:`command_message`), not
+    #: in seqkeeper's envelope; its id is then the caller's to make
+    #: deterministic (``type`` is not used)
+    envelope: bool = True
 
 
 @value
@@ -224,15 +230,17 @@ def results(
         out = item if isinstance(item, Output) else Output(item)
         role = role_of(out, topics, n)
         mid = output_id(message.key, message.message_id, str(n))  # (input ids: unique per key)
-        body: dict[str, Any] = {
-            "messageId": mid,
-            "causationId": message.message_id,
-            "key": message.key,
-            "seq": message.seq,
-        }
-        if out.type is not None:
-            body["type"] = out.type
-        body["data"] = out.data
+        body: Any = out.data
+        if out.envelope:
+            body = {
+                "messageId": mid,
+                "causationId": message.message_id,
+                "key": message.key,
+                "seq": message.seq,
+            }
+            if out.type is not None:
+                body["type"] = out.type
+            body["data"] = out.data
         try:
             value = orjson.dumps(body)
         except TypeError as exc:
@@ -247,6 +255,43 @@ def results(
         headers += [(n, h) for n, h in trace_of(message.headers) if n not in own]  # a trace goes on
         records.append((role, key.encode(), value, headers or None))
     return encoded_state, records
+
+
+def command_message(
+    message: Message,
+    name: str,
+    command_type: str,
+    partition_key: str,
+    payload: Any,
+    *,
+    tenant_id: str,
+    topic: str,
+    reply_to: str | None = None,
+    schema_version: int = 1,
+) -> Output:
+    """A Command Message for the command worker (an :class:`Output` to
+    ``topic``, its Kafka key the ``partition_key``), sent by a processor
+    (a process manager) as its step on ``message``. Its messageId is
+    ``<message.key>/<message.message_id>:<name>`` (:func:`output_id`), the
+    same however often ``message`` is processed or its outputs produced
+    again, so the command worker applies it once; ``name`` tells apart the
+    commands of one step. ``correlationId`` is the processor's key, so the
+    events the command's handler emits name it (the saga's input can be
+    keyed by it: ``SEQKEEPER_KEY_FIELD=correlationId``); ``causationId`` is
+    ``message``'s id."""
+    command: dict[str, Any] = {
+        "messageId": output_id(message.key, message.message_id, name),
+        "commandType": command_type,
+        "schemaVersion": schema_version,
+        "correlationId": message.key,
+        "causationId": message.message_id,
+        "partitionKey": partition_key,
+        "tenantId": tenant_id,
+        "payload": payload,
+    }
+    if reply_to is not None:
+        command["replyTo"] = reply_to
+    return Output(command, key=partition_key, topic=topic, envelope=False)
 
 
 def describe_error(exc: BaseException) -> tuple[str, str]:

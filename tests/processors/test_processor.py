@@ -10,7 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from seqkeeper.processors.envelope import parse
+from seqkeeper.processors.command import parse_command
+from seqkeeper.processors.envelope import output_id, parse
 from seqkeeper.processors.processor import (
     GAP_SKIPPED,
     TOPIC_ROLE,
@@ -18,6 +19,7 @@ from seqkeeper.processors.processor import (
     Output,
     OutputTopics,
     TopicNotAllowed,
+    command_message,
     dead_letter,
     is_done,
     message_of,
@@ -179,3 +181,41 @@ def test_an_output_goes_to_a_topic_exactly_when_allowed_and_not_own(
         assert not expected
     else:
         assert expected and role == TOPIC_ROLE + topic
+
+
+# -- a processor's commands (command_message) ---------------------------------
+@given(
+    st.text("abc-:/", min_size=1, max_size=5),
+    st.text("abc", min_size=1, max_size=3),
+    json_values,
+)
+def test_a_processors_command_is_one_the_command_worker_accepts_with_a_stable_id(
+    saga_key: str, name: str, payload: Any
+) -> None:
+    doc = {"messageId": "placed", "seq": 1, "type": "OrderPlaced", "data": None}
+    message = message_of(saga_key, parse(saga_key.encode(), orjson.dumps(doc)))
+    out = command_message(
+        message, name, "Reserve", "sku-1", payload, tenant_id="shop", topic="commands.in"
+    )
+    topics = OutputTopics(("commands.in",))
+    _, [(role, key, value, _)] = results(message, (None, [out]), topics)
+    assert (role, key) == (TOPIC_ROLE + "commands.in", b"sku-1")
+    command = parse_command(key, value)
+    assert (command.command_type, command.partition_key, command.tenant_id) == (
+        "Reserve",
+        "sku-1",
+        "shop",
+    )
+    assert (command.correlation_id, command.causation_id, command.payload) == (
+        saga_key,
+        "placed",
+        payload,
+    )
+    assert command.message_id == output_id(saga_key, "placed", name)
+    assert results(message, (None, [out]), topics)[1][0][2] == value  # same step, same bytes
+    other = command_message(
+        message, name + "x", "Reserve", "sku-1", payload, tenant_id="shop", topic="commands.in"
+    )
+    assert orjson.loads(results(message, (None, [other]), topics)[1][0][2])["messageId"] != (
+        command.message_id
+    )
