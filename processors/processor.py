@@ -28,6 +28,8 @@ import orjson
 from seqkeeper.processors.dead_letter import dead_letter_headers
 from seqkeeper.processors.envelope import output_id, trace_of
 from seqkeeper.processors.resequencer import GAP_SKIPPED, Emission, GapSkipped
+from seqkeeper.processors.return_address import legal_topic, matches
+from seqkeeper.processors.values import value
 
 __all__ = [
     "GAP_SKIPPED",
@@ -35,7 +37,11 @@ __all__ = [
     "InvalidResult",
     "Message",
     "Output",
+    "OutputTopics",
     "Processor",
+    "TOPIC_ROLE",
+    "TopicNotAllowed",
+    "command_message",
     "dead_letter",
     "first_seq",
     "is_done",
@@ -49,6 +55,9 @@ PROCESSOR_FAILED = "processor-failed"
 
 #: What the shell queues for an output record: (role, key, value, headers).
 OutRecord = tuple[str, bytes, bytes, list[tuple[str, bytes]] | None]
+#: The role of an output to a topic the processor named: this prefix and
+#: the topic's name (``"processed"``: the processed topic).
+TOPIC_ROLE = "topic:"
 
 
 @dataclass(frozen=True)
@@ -73,13 +82,57 @@ class Message:
 @dataclass(frozen=True)
 class Output:
     """An output with more than a value: its ``type``, another Kafka
-    ``key`` (default: the input's key) or ``headers``. A plain JSON value
-    in ``outputs`` is ``Output(value)``."""
+    ``key`` (default: the input's key), ``headers``, or another ``topic``
+    (default: the processed topic; others must be allowed by
+    ``SEQKEEPER_PROCESSOR_TOPICS``, else the input is dead-lettered). A
+    plain JSON value in ``outputs`` is ``Output(value)``."""
 
     data: Any
     type: str | None = None
     key: str | None = None
     headers: Sequence[tuple[str, str | bytes]] = ()
+    topic: str | None = None
+    #: ``False``: ``data`` is the whole value, written as it is (another
+    #: service's format, a Command Message: :func:`command_message`), not
+    #: in seqkeeper's envelope; its id is then the caller's to make
+    #: deterministic (``type`` is not used)
+    envelope: bool = True
+
+
+@value
+class OutputTopics:
+    """Where outputs may go besides the processed topic: a topic one of
+    ``allowed`` matches (``*``: any run of characters), that is a legal
+    Kafka name, none of the worker's ``own`` topics (its input, its other
+    outputs: an output read back as input would loop), starts with none of
+    its ``own_prefixes`` (its changelog) and is no Kafka internal topic
+    (``__…``). ``processed`` is the processed topic itself,
+    which an output may also name."""
+
+    allowed: tuple[str, ...] = ()
+    processed: str = ""
+    own: tuple[str, ...] = ()
+    #: the worker's internal topics (changelog, ...) by prefix
+    own_prefixes: tuple[str, ...] = ()
+    setting: str = "the topics allowed"
+
+    def refusal(self, topic: str) -> str | None:
+        """Why an output may not go to ``topic`` (``None``: it may)."""
+        if not legal_topic(topic):
+            return f"topic {topic[:300]!r} is not a Kafka topic name"
+        if topic.replace(".", "_").startswith("__"):
+            return f"topic {topic!r} is a Kafka internal topic"
+        seen = topic.replace(".", "_")  # (Kafka: '.' and '_' collide)
+        for own in self.own:
+            if seen == own.replace(".", "_"):
+                return f"topic {topic!r} is one of the worker's own topics"
+        for prefix in self.own_prefixes:
+            if seen.startswith(prefix.replace(".", "_")):
+                return f"topic {topic!r} is an internal topic of the worker (prefix {prefix!r})"
+        if not any(matches(pattern, topic) for pattern in self.allowed):
+            allowed = ",".join(self.allowed) or "none"
+            return f"topic {topic!r} is not among {self.setting} ({allowed}): add it there"
+        return None
 
 
 #: The user's function: sync, or async (awaited with a timeout).
@@ -91,6 +144,16 @@ Processor = Callable[
 
 class InvalidResult(TypeError):
     """``fn`` returned something seqkeeper cannot store or produce."""
+
+
+class TopicNotAllowed(InvalidResult):
+    """An output names a topic outputs may not go to: the configuration
+    decides, so trying again cannot help (the input is dead-lettered at
+    once). ``topic``: the topic named."""
+
+    def __init__(self, text: str, topic: str) -> None:
+        super().__init__(text)
+        self.topic = topic
 
 
 def first_seq(item: Emission) -> int:
@@ -122,14 +185,39 @@ def message_of(key: str, item: Emission, decode: Callable[[bytes], Any] = orjson
     return Message(key, item.seq, item.message_id, item.type, data, body, item.headers)
 
 
+#: No topic besides the processed topic (the default).
+NO_TOPICS = OutputTopics()
+
+
+def role_of(out: Output, topics: OutputTopics, n: int) -> str:
+    """The role of output ``n``: ``"processed"``, or :data:`TOPIC_ROLE`
+    and the topic it names; :class:`TopicNotAllowed` when ``topics`` do
+    not allow it."""
+    topic = out.topic
+    if topic is None or (topic == topics.processed and topic):
+        return "processed"
+    if not isinstance(topic, str):
+        raise InvalidResult(f"output {n}: topic must be a string, got {type(topic).__name__}")
+    why = topics.refusal(topic)
+    if why is not None:
+        raise TopicNotAllowed(f"output {n}: {why}", topic)
+    return TOPIC_ROLE + topic
+
+
 def results(
-    message: Message, result: Any, encode: Callable[[Any], bytes] | None = None
+    message: Message,
+    result: Any,
+    topics: OutputTopics = NO_TOPICS,
+    encode: Callable[[Any], bytes] | None = None,
 ) -> tuple[bytes, list[OutRecord]]:
     """Check what ``fn`` returned for ``message`` and encode it: the new
     state as JSON (seqkeeper's own record), and the output records (role
-    ``"processed"``) with their messageIds, each value written by
-    ``encode`` (the value codec's; ``None``: JSON). Raises
-    :class:`InvalidResult` saying what is wrong."""
+    ``"processed"``, or :data:`TOPIC_ROLE` and a topic ``topics`` allow)
+    with their messageIds, each enveloped value written by ``encode`` (the
+    value codec's; ``None``: JSON; an ``envelope=False`` value, a command
+    for the command worker, is always JSON, the command worker's format).
+    Raises :class:`InvalidResult` saying what is wrong (its subclass
+    :class:`TopicNotAllowed` for a topic not allowed)."""
     if not isinstance(result, tuple) or len(result) != 2:
         raise InvalidResult(
             f"the processor must return (new_state, outputs), got {type(result).__name__}"
@@ -146,17 +234,20 @@ def results(
     records: list[OutRecord] = []
     for n, item in enumerate(outputs, 1):
         out = item if isinstance(item, Output) else Output(item)
+        role = role_of(out, topics, n)
         mid = output_id(message.key, message.message_id, str(n))  # (input ids: unique per key)
-        body: dict[str, Any] = {
-            "messageId": mid,
-            "causationId": message.message_id,
-            "key": message.key,
-            "seq": message.seq,
-        }
-        if out.type is not None:
-            body["type"] = out.type
-        body["data"] = out.data
-        if encode is None:
+        body: Any = out.data
+        if out.envelope:
+            body = {
+                "messageId": mid,
+                "causationId": message.message_id,
+                "key": message.key,
+                "seq": message.seq,
+            }
+            if out.type is not None:
+                body["type"] = out.type
+            body["data"] = out.data
+        if encode is None or not out.envelope:
             try:
                 value = orjson.dumps(body)
             except TypeError as exc:
@@ -181,8 +272,45 @@ def results(
         ]
         own = {name for name, _ in headers}
         headers += [(n, h) for n, h in trace_of(message.headers) if n not in own]  # a trace goes on
-        records.append(("processed", key.encode(), value, headers or None))
+        records.append((role, key.encode(), value, headers or None))
     return encoded_state, records
+
+
+def command_message(
+    message: Message,
+    name: str,
+    command_type: str,
+    partition_key: str,
+    payload: Any,
+    *,
+    tenant_id: str,
+    topic: str,
+    reply_to: str | None = None,
+    schema_version: int = 1,
+) -> Output:
+    """A Command Message for the command worker (an :class:`Output` to
+    ``topic``, its Kafka key the ``partition_key``), sent by a processor
+    (a process manager) as its step on ``message``. Its messageId is
+    ``<message.key>/<message.message_id>:<name>`` (:func:`output_id`), the
+    same however often ``message`` is processed or its outputs produced
+    again, so the command worker applies it once; ``name`` tells apart the
+    commands of one step. ``correlationId`` is the processor's key, so the
+    events the command's handler emits name it (the saga's input can be
+    keyed by it: ``SEQKEEPER_KEY_FIELD=correlationId``); ``causationId`` is
+    ``message``'s id."""
+    command: dict[str, Any] = {
+        "messageId": output_id(message.key, message.message_id, name),
+        "commandType": command_type,
+        "schemaVersion": schema_version,
+        "correlationId": message.key,
+        "causationId": message.message_id,
+        "partitionKey": partition_key,
+        "tenantId": tenant_id,
+        "payload": payload,
+    }
+    if reply_to is not None:
+        command["replyTo"] = reply_to
+    return Output(command, key=partition_key, topic=topic, envelope=False)
 
 
 def describe_error(exc: BaseException) -> tuple[str, str]:

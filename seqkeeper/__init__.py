@@ -24,7 +24,7 @@ Its parts, from the bottom up:
 """
 
 from seqkeeper.processors.command import Command, DomainError, End, Event, Registry
-from seqkeeper.processors.processor import GAP_SKIPPED, Message, Output
+from seqkeeper.processors.processor import GAP_SKIPPED, Message, Output, command_message
 
 __version__ = "0.1.0"
 
@@ -39,4 +39,5 @@ __all__ = [
     "Output",
     "Registry",
     "__version__",
+    "command_message",
 ]

@@ -386,6 +386,16 @@ def build(settings: Settings | None = None) -> dict[str, Any]:
             _setting("processed_topic"),
             partitions=partitions,
         ),
+        "processorTopics": _channel(
+            None,
+            "The topics an ordered processor's `Output(topic=...)` names: one "
+            f"`{_setting('processor_topics')}` allows ({', '.join(o.processor_topics) or 'none'}), "
+            "never the worker's own; those named are created at start. The output envelope, or "
+            "a value as the processor wrote it (`envelope=False`: a command, "
+            "`seqkeeper.command_message`).",
+            ["processorOutput", "command"],
+            _setting("processor_topics"),
+        ),
         "orderedChangelog": _channel(
             ordered_changelog,
             "Internal: the ordered worker's state (named by the application id).",
@@ -440,6 +450,7 @@ def build(settings: Settings | None = None) -> dict[str, Any]:
         ("eventsDlq", ["eventDeadLetter"], "Dead-letter an input record."),
         ("eventsLate", ["eventDeadLetter"], "Send a late arrival."),
         ("eventsProcessed", ["processorOutput"], "Send the processor's outputs."),
+        ("processorTopics", ["processorOutput", "command"], "Send outputs to the topics named."),
     ]
     operations: dict[str, Any] = {
         "receiveInput": _operation(

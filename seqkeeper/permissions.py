@@ -135,6 +135,12 @@ def worker_grants(
     ]
     if reply_topics:
         grants.append(Grant(("Write",), "topic", tuple(reply_topics)))
+    if settings.runtime.topology != "commands" and settings.ordered.processor:
+        # a processor's topic patterns (its named topics are written topics)
+        # (other patterns no ACL expresses: `seqkeeper acls` says so)
+        prefixes, _ = pattern_grants(settings.ordered.processor_topics)
+        if prefixes:
+            grants.append(Grant(("Write",), "topic", prefixes, prefixed=True))
     if create:
         own = tuple(t for t in settings.topics() if not t.startswith(f"{g}-"))
         grants += [
@@ -142,6 +148,15 @@ def worker_grants(
             Grant(("Create",), "topic", (f"{g}-",), prefixed=True),
         ]
     return grants
+
+
+def pattern_grants(patterns: Sequence[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The prefixes of ``patterns`` that are a non-empty prefix and one
+    ``*`` at the end (a prefixed ACL), and the other patterns (which no ACL expresses);
+    names are left out."""
+    prefixes = tuple(p[:-1] for p in patterns if len(p) > 1 and p.find("*") == len(p) - 1)
+    others = tuple(p for p in patterns if "*" in p and p[:-1] not in prefixes)
+    return prefixes, others
 
 
 #: The users of a deployment ``seqkeeper acls --role`` prints the ACLs of.

@@ -130,7 +130,8 @@ def test_each_worker_sends_and_receives_what_it_does() -> None:
         for op in document["operations"].values()
     }
     assert ("ordered worker", "receive", "eventsIn") in by
-    for out in ("eventsOrdered", "eventsDeduped", "eventsDlq", "eventsLate", "eventsProcessed"):
+    ordered_outs = ("eventsOrdered", "eventsDeduped", "eventsDlq", "eventsLate", "eventsProcessed")
+    for out in (*ordered_outs, "processorTopics"):
         assert ("ordered worker", "send", out) in by
     assert ("command worker", "receive", "commandsIn") in by
     for out in ("commandsEvents", "commandsDlq", "replies"):
@@ -143,6 +144,8 @@ def test_the_settings_in_effect_name_the_topics() -> None:
     s = default_settings().with_overrides(input_topic="orders.in", app_id="shop")
     channels = build(s)["channels"]
     assert channels["eventsIn"]["address"] == "orders.in"
+    allowed = build(s.with_overrides(processor_topics="commands.in,saga-*"))["channels"]
+    assert "(commands.in, saga-*)" in allowed["processorTopics"]["description"]
     assert channels["orderedChangelog"]["address"] == "shop-state-changelog"
     assert (
         channels["commandsChangelog"]["address"] == "shop-commands-commands-changelog"

@@ -15,6 +15,7 @@ from seqkeeper.permissions import (
     SEND_REPLY_TOPIC,
     denied,
     internal_topics,
+    pattern_grants,
     role_grants,
     worker_grants,
 )
@@ -40,6 +41,17 @@ def test_the_ordered_worker_grants() -> None:
     assert all("Create" in c for c in commands[5:]) and len(commands) == 7
     assert not any("Create" in c for c in (g.command("u") for g in worker_grants(s, create=False)))
     assert internal_topics(s) == ["app-state-changelog", "app-__assignor-__leader"]
+
+
+def test_a_processors_topics_are_written_by_name_or_prefix() -> None:
+    s = Settings.of(
+        app_id="app", processor="m:fn", processor_topics="commands.in,saga.*", bootstrap="k:1"
+    )
+    grants = worker_grants(s, create=False)
+    [written] = [g for g in grants if g.operations == ("Write",) and g.names[0] == "events.ordered"]
+    assert written.names[-2:] == ("events.processed", "commands.in")  # (created, checked at start)
+    assert [g for g in grants if g.names == ("saga.",)][0].prefixed
+    assert pattern_grants(["a*b", "x.*", "name", "*"]) == (("x.",), ("a*b", "*"))
 
 
 def test_the_command_worker_grants_name_its_group_and_reply_topics() -> None:

@@ -53,7 +53,7 @@ from seqkeeper.processors.envelope import (
     Shape,
     parse,
 )
-from seqkeeper.processors.processor import Processor
+from seqkeeper.processors.processor import PROCESSOR_FAILED, TOPIC_ROLE, Processor
 from seqkeeper.processors.resequencer import Emission, GapSkipped, KeyState, Rejection, Step
 from seqkeeper.runtime.protocol import Batch, InputRecord, OutboxOwner, Wiring, seconds
 from seqkeeper.settings import Settings
@@ -148,12 +148,13 @@ class OrderedTopology(OutboxOwner):
                 processor,
                 settings,
                 stores.state,
-                self.emit,
+                self.emit_processed,
                 self.note_stored,
                 self.offset_of,
                 self.metrics,
                 codec=shape.codec,
                 input_topic=self.source_topic,
+                topics=settings.ordered.output_topics((f"{settings.group_id}-",)),
             )
 
     # -- input -------------------------------------------------------------
@@ -556,6 +557,36 @@ class OrderedTopology(OutboxOwner):
             noted[0] = upto
         noted.extend([e.seq for e in emitted if type(e) is Message])
 
+    def emit_processed(
+        self, partition: int, role: str, key: bytes, value: bytes, headers: Any
+    ) -> None:
+        """Queue a processor's output (or dead letter). One to a topic it
+        named (:data:`TOPIC_ROLE`) is addressed: the runtime asks the broker
+        whether that topic takes the worker's writes before producing it
+        (a pattern's topic is not created at start), and hands one it would
+        not take to :meth:`undeliverable`."""
+        if role.startswith(TOPIC_ROLE):
+            self.outbox.addressed.add(role)
+        self.emit(partition, role, key, value, headers)
+
+    def undeliverable(self, partition: int, record: Any, topic: str, problem: str) -> Any:
+        """A processor's output the broker would not take in ``topic``
+        (``problem``: its answer) is dead-lettered in its place, as it is,
+        the topic named in the detail: the input it came from was
+        processed (its state is stored), so only the output is lost."""
+        _, key, value, headers = record
+        detail = (
+            f"the processor's output could not be written to {topic!r}: {problem} "
+            "(create the topic or grant the worker Write on it)"
+        )
+        reasons = dead_letter_headers(
+            PROCESSOR_FAILED, detail, self.source_topic, partition, None,
+            exception_class="seqkeeper.OutputUndeliverable",
+        )  # fmt: skip
+        self.metrics.dead_lettered.labels(PROCESSOR_FAILED).inc()
+        log.warning("processor output dead-lettered: %s", detail)
+        return ("dlq", key, value, [*(headers or ()), *reasons])
+
     def note_stored(self, partition: int, key: str, seq: int) -> None:
         """The outbox now holds the processor's stored outputs of ``seq``."""
         self.outbox.stored.append((partition, key, seq))
@@ -718,7 +749,9 @@ def wiring(
         build=lambda store: OrderedTopology(
             settings, Stores(store, packed=shape is not DEFAULT_SHAPE), processor, shape, source
         ),
-        output_topic=topics.__getitem__,
+        output_topic=lambda role: (
+            role[len(TOPIC_ROLE) :] if role.startswith(TOPIC_ROLE) else topics[role]
+        ),
         # The reorder buffer's local writes wait in memory: most entries are
         # deleted (confirmed) before they would reach RocksDB.
         deferred=codecs.BUFFER,

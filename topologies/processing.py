@@ -60,10 +60,13 @@ from prometheus_client import Counter
 from seqkeeper.processors.command import RetryPolicy
 from seqkeeper.processors.envelope import Codec
 from seqkeeper.processors.processor import (
+    NO_TOPICS,
     PROCESSOR_FAILED,
     InvalidResult,
     Message,
+    OutputTopics,
     Processor,
+    TopicNotAllowed,
     dead_letter,
     describe_error,
     first_seq,
@@ -112,8 +115,10 @@ class ProcessorStage:
         clock: Callable[[], float] = time.time,
         codec: Codec | None = None,
         input_topic: str | None = None,
+        topics: OutputTopics = NO_TOPICS,
     ) -> None:
         self.fn = fn
+        self.topics = topics  # where outputs may go besides the processed topic
         self.is_async = inspect.iscoroutinefunction(fn)
         timeout = settings.commands.handler_timeout
         self.timeout = None if math.isinf(timeout) else timeout
@@ -273,14 +278,15 @@ class ProcessorStage:
         cursor = record[0]
         if ok:
             try:
-                state, records = results(message, result, self.encode)
+                state, records = results(message, result, self.topics, self.encode)
             except InvalidResult as exc:
                 ok, result = False, exc
         if not ok:
             self.failures.inc()
             attempts = self.attempts.get(slot, 0) + 1
             cls, error = describe_error(result)
-            if attempts < self.retry.attempts:
+            # (a topic not allowed: the settings decide, no retry helps)
+            if attempts < self.retry.attempts and not isinstance(result, TopicNotAllowed):
                 self.attempts[slot] = attempts
                 self.waiting.add(slot)
                 self.retries.arm(partition, key, wall + self.retry.delay(attempts))

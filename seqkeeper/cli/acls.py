@@ -51,6 +51,7 @@ def acls(
         ROLES,
         internal_topics,
         is_anonymous,
+        pattern_grants,
         principal_of,
         role_grants,
     )
@@ -80,3 +81,10 @@ def acls(
     )
     for grant in grants:
         typer.echo(grant.command(user, bootstrap))
+    if role == "worker" and settings.ordered.processor:
+        _, others = pattern_grants(settings.ordered.processor_topics)
+        if others:
+            typer.echo(
+                f"# no ACL expresses the processor topic pattern(s) {', '.join(others)} "
+                "(only names and prefixes ending in *): grant Write on their topics by hand"
+            )

@@ -9,11 +9,14 @@ from dataclasses import dataclass
 from seqkeeper.processors.deduplicator import Retention
 from seqkeeper.processors.envelope import DEFAULT_SHAPE, Codec, Shape
 from seqkeeper.processors.key_retention import KeyRetention
+from seqkeeper.processors.processor import OutputTopics
 from seqkeeper.processors.resequencer import Policy
+from seqkeeper.processors.return_address import parse_patterns
 from seqkeeper.settings.variables import (
     Group,
     choice,
     dotted_path,
+    env_of,
     field_path,
     positive_integer,
     schema_id,
@@ -169,6 +172,14 @@ class OrderedSettings(Group):
     processed_topic: str = var(
         "SEQKEEPER_PROCESSED_TOPIC", "events.processed", "The ordered processor's outputs."
     )
+    processor_topics: tuple[str, ...] = var(
+        "SEQKEEPER_PROCESSOR_TOPICS",
+        "",
+        "Other topics an ordered processor's Output(topic=...) may name: comma-separated "
+        "names (created at start) or patterns, * standing for any run of characters. Never "
+        "the worker's own topics. Others: the input is dead-lettered processor-failed.",
+        parse_patterns,
+    )
     event_time_field: str = var(
         "SEQKEEPER_EVENT_TIME_FIELD",
         "",
@@ -242,4 +253,24 @@ class OrderedSettings(Group):
             self.dlq_topic,
             self.late_topic,
             *([self.processed_topic] if self.processor else []),
+            *(self.named_processor_topics() if self.processor else []),
         ]
+
+    def named_processor_topics(self) -> list[str]:
+        """The topics of ``SEQKEEPER_PROCESSOR_TOPICS`` given by name (not
+        patterns): the worker creates and checks them at start."""
+        return [t for t in self.processor_topics if "*" not in t]
+
+    def output_topics(self, own_prefixes: tuple[str, ...] = ()) -> OutputTopics:
+        """Where an ordered processor's outputs may go besides the processed
+        topic (never the worker's own topics, nor those starting with
+        ``own_prefixes``: its internal topics)."""
+        own = (
+            self.input_topic,
+            self.ordered_topic,
+            self.deduped_topic,
+            self.dlq_topic,
+            self.late_topic,
+        )
+        setting = env_of(type(self), "processor_topics")
+        return OutputTopics(self.processor_topics, self.processed_topic, own, own_prefixes, setting)

@@ -143,3 +143,22 @@ def test_the_worker_names_a_bad_processor_in_one_line(tmp_path: Path) -> None:
     assert done.stderr.strip() == (
         f"error: SEQKEEPER_PROCESSOR='nosuch:fn': no module named 'nosuch' (from {tmp_path})"
     )
+
+
+def test_the_worker_takes_its_processor_topics_and_names_a_bad_one_in_one_line(
+    tmp_path: Path,
+) -> None:
+    done = subprocess.run(
+        [SCRIPT, "worker", "--processor-topics", "commands.in,a b"],
+        cwd=tmp_path,
+        env={k: v for k, v in os.environ.items() if not k.startswith(("SEQKEEPER_", "KAFKA_"))},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.strip().splitlines() == [
+        "error: processor-topics='commands.in,a b': 'a b' is no topic name or pattern: expected "
+        "names of a-z, A-Z, 0-9, '.', '_', '-' (at most 249), where * stands for any run of "
+        "characters, comma-separated"
+    ]

@@ -62,7 +62,7 @@ def test_outputs_are_written_by_the_codec_and_json_stays_byte_identical(
 ) -> None:
     message = message_of("k", envelope())
     plain_state, plain = results(message, (state, outputs))
-    coded_state, coded = results(message, (state, outputs), CODEC.encode)
+    coded_state, coded = results(message, (state, outputs), encode=CODEC.encode)
     assert plain_state == coded_state == orjson.dumps(state)  # (the state is seqkeeper's own)
     assert len(plain) == len(coded) == len(outputs)
     for n, ((_, pk, pv, ph), (_, ck, cv, ch)) in enumerate(zip(plain, coded, strict=True), 1):
@@ -79,9 +79,11 @@ def test_an_output_the_codec_cannot_write_is_an_invalid_result() -> None:
 
     message = message_of("k", envelope())
     with pytest.raises(InvalidResult, match="output 2 cannot be encoded.*no field total"):
-        results(message, (None, [Output(1), Output({"total": 2}, type="T")]), _only_ints(refuses))
+        results(
+            message, (None, [Output(1), Output({"total": 2}, type="T")]), encode=_only_ints(refuses)
+        )
     with pytest.raises(InvalidResult, match="returned a str, not bytes"):
-        results(message, (None, [1]), lambda d: "text")  # type: ignore[arg-type,return-value]
+        results(message, (None, [1]), encode=lambda d: "text")  # type: ignore[arg-type,return-value]
 
 
 def _only_ints(refuses: Any) -> Any:

@@ -27,7 +27,7 @@ from seqkeeper.permissions import Grant, internal_topics, worker_grants
 from seqkeeper.runtime.repartition import group_of
 from seqkeeper.security import Secret, kafka_options
 from seqkeeper.settings import Settings
-from seqkeeper.topics import create_topics
+from seqkeeper.topics import create_topics, read_topic
 from seqkeeper.verification.workload import generate
 from seqkeeper.worker import WorkerProcess
 from tests.secured_broker import SecuredKafkaBroker
@@ -336,3 +336,69 @@ def test_a_missing_acl_is_one_line_naming_it(
     [line] = [x for x in log.splitlines() if x.startswith("error:")]
     assert f"user {USER!r} may not {expected}" in line, line
     assert f"--allow-principal User:{USER}" in line and "kafka-acls.sh" in line, line
+
+
+#: A processor whose outputs go to two other topics (their names in the environment).
+SIDE = """
+import os
+
+from seqkeeper import Output
+
+
+def fn(state, message):
+    named, prefixed = os.environ["SIDE_NAMED"], os.environ["SIDE_PREFIXED"]
+    return state, [Output(message.seq, topic=named), Output(message.seq, topic=prefixed)]
+"""
+
+
+def test_a_processors_topics_with_the_documented_acls(
+    secured_broker: SecuredKafkaBroker,
+    admin_config: Path,
+    as_user: Settings,
+    secured_logs: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``SEQKEEPER_PROCESSOR_TOPICS``: a name (created by the worker at
+    start, Write and Create granted on it) and a ``prefix*`` pattern (a
+    prefixed Write ACL; its topic created by an admin) take the processor's
+    outputs with the ACLs printed for these settings, and nothing more."""
+    tag = as_user.group_id.removeprefix("app-")
+    named, prefixed = f"side-{tag}", f"pre-{tag}.one"
+    monkeypatch.setenv("SIDE_NAMED", named)
+    monkeypatch.setenv("SIDE_PREFIXED", prefixed)
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "side.py").write_text(SIDE)
+    settings = as_user.with_overrides(
+        processor="side:fn",
+        processor_topics=f"{named},pre-{tag}.*",
+        processed_topic=f"processed-{tag}",
+    )
+    bootstrap = settings.broker.bootstrap
+    asyncio.run(create_topics(bootstrap, [settings.ordered.input_topic, prefixed], 2))
+    grant(secured_broker, admin_config, worker_grants(settings))
+    records = [
+        (b"k", orjson.dumps({"messageId": f"m{i}", "seq": i, "type": "t", "data": i}))
+        for i in range(1, 6)
+    ]
+    asyncio.run(publish(bootstrap, settings.ordered.input_topic, records))
+    worker = WorkerProcess(settings, secured_logs / "acl-processor-topics.log", cwd=project).start()
+    try:
+        worker.wait_ready(120)
+        deadline = time.monotonic() + 90
+        while True:
+            got = [
+                asyncio.run(read_topic(bootstrap, t, isolation="read_committed"))
+                for t in (named, prefixed)
+            ]
+            if all(len(g) >= len(records) for g in got):
+                break
+            worker.check_alive()
+            assert time.monotonic() < deadline, worker.log()[-3000:]
+            time.sleep(0.5)
+    finally:
+        code = worker.stop()
+    assert code == 0, worker.log()[-3000:]
+    for g in got:
+        assert sorted(orjson.loads(r.value)["data"] for r in g) == [1, 2, 3, 4, 5]

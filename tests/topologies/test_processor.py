@@ -8,11 +8,12 @@ from typing import Any
 
 import orjson
 
-from seqkeeper import Message
+from seqkeeper import Message, Output
+from seqkeeper.processors.processor import TOPIC_ROLE
 from seqkeeper.settings import Settings
 from seqkeeper.state.memory import MemoryStore
 from seqkeeper.state.stores import Stores
-from seqkeeper.topologies.ordered import OrderedTopology
+from seqkeeper.topologies.ordered import OrderedTopology, wiring
 
 
 def event(key: str, seq: int) -> tuple[bytes, bytes]:
@@ -106,3 +107,49 @@ def test_a_result_that_cannot_be_stored_counts_as_a_failure() -> None:
     feed(t, wall, event("a", 1))
     [(_, _, headers)] = outputs(t, "dlq")
     assert b"not JSON-serialisable" in dict(headers)["seqkeeper.detail"]
+
+
+def test_an_output_to_an_allowed_topic_is_addressed_and_produced_there() -> None:
+    def fn(state: Any, message: Message) -> tuple[Any, list[Any]]:
+        return state, [Output({"n": message.seq}, type="Reserve", topic="stock.commands"), 1]
+
+    t, wall = topology(fn, processor_topics="stock.*")
+    feed(t, wall, event("a", 1))
+    batch = t.take()
+    mine = [(name, k) for name, k, _, _ in batch.records if name not in ("deduped", "ordered")]
+    assert mine == [(TOPIC_ROLE + "stock.commands", b"a"), ("processed", b"a")]
+    assert batch.addressed == {TOPIC_ROLE + "stock.commands"}
+    topic_of = wiring(t.settings, fn).output_topic
+    assert [topic_of(name) for name, _ in mine] == ["stock.commands", "events.processed"]
+
+
+def test_an_output_to_a_topic_not_allowed_dead_letters_the_input_at_once() -> None:
+    calls: list[int] = []
+
+    def fn(state: Any, message: Message) -> tuple[Any, list[Any]]:
+        calls.append(message.seq)
+        return {"n": message.seq}, [Output(1, topic="elsewhere")]
+
+    t, wall = topology(fn, processor_topics="stock.*")  # (3 attempts)
+    feed(t, wall, event("a", 1), event("a", 2))
+    assert calls == [1, 2]  # no retry: the settings decide; the key goes on
+    records = t.take().records
+    letters = [(k, h) for name, k, _, h in records if name == "dlq"]
+    assert len(letters) == 2 and not [r for r in records if r[0].startswith(TOPIC_ROLE)]
+    h = dict(letters[0][1])
+    assert h["seqkeeper.reason"] == b"processor-failed" and h["seqkeeper.attempts"] == b"1"
+    assert (
+        b"topic 'elsewhere' is not among SEQKEEPER_PROCESSOR_TOPICS (stock.*)"
+        in h["seqkeeper.detail"]
+    )
+
+
+def test_an_undeliverable_output_is_dead_lettered_naming_its_topic() -> None:
+    t, _ = topology(lambda state, message: (state, []), processor_topics="stock.*")
+    role, key, value, headers = t.undeliverable(
+        0, (TOPIC_ROLE + "stock.x", b"a", b"{}", None), "stock.x", "no such topic"
+    )
+    h = dict(headers)
+    assert (role, key, value) == ("dlq", b"a", b"{}")
+    assert h["seqkeeper.reason"] == b"processor-failed"
+    assert b"'stock.x': no such topic" in h["seqkeeper.detail"]

@@ -15,6 +15,8 @@ good. Whatever the crashes:
   (given up ranges included) or a dead letter instead, and all copies of it
   are byte-identical (the stored outbox is produced again, ``fn`` never
   re-runs on a processed item);
+* an output to another topic (``Output(topic=...)``) goes with the
+  processed one of the same run: once, byte-identical copies, never lost;
 * the ordered, deduplicated and dead-letter outputs still pass the verifier.
 """
 
@@ -30,7 +32,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from seqkeeper.processors.envelope import output_id
-from seqkeeper.processors.processor import Message
+from seqkeeper.processors.processor import TOPIC_ROLE, Message, Output
 from seqkeeper.settings import Settings
 from seqkeeper.state.stores import Stores
 from seqkeeper.topics import Record
@@ -39,7 +41,9 @@ from seqkeeper.verification.verify import verify
 from seqkeeper.verification.workload import generate
 from tests.topologies.test_crash_consistency import LoggedStore, World, actions_for
 
-TOPICS = ("ordered", "deduped", "dlq", "late", "processed")
+#: the processor's outputs also go to another topic (``Output(topic=SIDE)``)
+SIDE = "side.commands"
+TOPICS = ("ordered", "deduped", "dlq", "late", "processed", TOPIC_ROLE + SIDE)
 
 
 def make_fn(kind: str, fail_every: int, poison: int) -> Any:
@@ -55,7 +59,8 @@ def make_fn(kind: str, fail_every: int, poison: int) -> Any:
         if fail_every and message.seq % fail_every == 0 and tries[(message.key, message.seq)] < 3:
             raise ConnectionError("transient")
         seen = [*(state or []), [message.seq, message.type]]
-        return seen, [{"seen": seen, "nonce": random.random()}]
+        nonce = random.random()
+        return seen, [{"seen": seen, "nonce": nonce}, Output({"nonce": nonce}, topic=SIDE)]
 
     if kind == "sync":
         return decide
@@ -158,6 +163,7 @@ def test_each_item_is_processed_once_in_order_and_outputs_repeat_identically(
         gap_timeout=2.0,
         max_buffered_per_key=6,
         processor="test:fn",
+        processor_topics=SIDE,
         command_attempts=3 if poison else 5,
         command_retry_delay=0.5,
     )
@@ -188,6 +194,15 @@ def test_each_item_is_processed_once_in_order_and_outputs_repeat_identically(
     dead = {orjson.loads(r.value)["messageId"] for r in failed}
     expected = {output_id(key, mid, "1") for key in ids for mid in ids[key] if mid not in dead}
     assert set(first) == expected
+    # the output to another topic: as the processed one, its step's, once
+    # (copies byte-identical), never lost
+    side: dict[str, bytes] = {}
+    for rec in out[TOPIC_ROLE + SIDE]:
+        doc = orjson.loads(rec.value)
+        assert side.setdefault(doc["messageId"], rec.value) == rec.value
+        partner = orjson.loads(first[doc["messageId"][:-1] + "1"])
+        assert doc["data"]["nonce"] == partner["data"]["nonce"]  # (the same run of fn)
+    assert set(side) == {mid[:-1] + "2" for mid in expected}
     dead_seqs = {(r.key.decode(), orjson.loads(r.value)["seq"]) for r in failed}
     for value in first.values():
         doc = orjson.loads(value)
