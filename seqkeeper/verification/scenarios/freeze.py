@@ -20,13 +20,20 @@ def run(chaos: Stage) -> Outcome:
     s = chaos.prepared("freeze")
     work = generate(messages=sc.others // 2, keys=sc.keys, malformed=8, seed=chaos.seed + 1)
     out.messages = len(work.records)
-    # input flows before, during and after the freeze
-    publisher = chaos.publish_in_background(
-        s, s.ordered.input_topic, work.records, sc.freeze + sc.cycle
-    )
+    # Input flows before, during and after the freeze: a tenth of it at
+    # once, for the worker's first output, then the rest over the freeze
+    # and a cycle from that output on. (Spread over that time from before
+    # the worker started instead, all of it could be out before the freeze
+    # when the worker is slow to start, on a busy machine: no output would
+    # then be left to measure the recovery by.)
+    head = len(work.records) // 10
+    chaos.publish_in_background(s, s.ordered.input_topic, work.records[:head], 0.5).join()
     w = chaos.worker(s, "worker")
     try:
         chaos.until_output(s, s.ordered.ordered_topic, {}, worker=w)
+        publisher = chaos.publish_in_background(
+            s, s.ordered.input_topic, work.records[head:], sc.freeze + sc.cycle
+        )
         time.sleep(2.0)
         chaos.local.pause()
         chaos.say(f"  broker frozen for {sc.freeze:.0f}s")
