@@ -50,7 +50,13 @@ bench-core: $(STAMP)
 # contend for them (CI runs two passes at once).
 PYTEST_WORKERS ?= 3
 
-test: $(STAMP) java
+# The class-data-sharing archive the tests' Spark JVMs start from (rebuilt
+# with the virtualenv: it belongs to these jars and this JDK).
+JVM_ARCHIVE = $(VENV)/jvm/spark.jsa
+$(JVM_ARCHIVE): $(STAMP) tests/jvm_archive.py | java
+	$(BIN)/python tests/jvm_archive.py
+
+test: $(STAMP) java $(JVM_ARCHIVE)
 	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=40 -n $(PYTEST_WORKERS) $(PYTEST_ARGS)
 
 lint: $(STAMP)

@@ -1,0 +1,87 @@
+"""Builds the class-data-sharing archive the tests' Spark JVMs start from
+(``make test`` runs it once, before the test processes start).
+
+Every Spark JVM the suite starts (the in-process session, each ``seqkeeper
+compact`` subprocess) loads the same few thousand classes from PySpark's
+jars; mapped from an archive they need not be parsed and verified again,
+which takes about half the CPU of a JVM's start off (bench/NOTES.md, "CI
+time"). The archive holds what one representative run loads: a session, a
+shuffle, a Python UDF, Parquet written and read back.
+
+The archive belongs to this JDK and these jars: it is rebuilt when the
+virtualenv is (make's dependency on its stamp), and a JVM given one that
+does not match them runs without it (``-Xshare:auto``, the default).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+#: Where ``make`` builds the archive; tests/conftest.py uses it when present.
+SPARK_ARCHIVE = Path(sys.prefix) / "jvm" / "spark.jsa"
+
+#: The JVM options of the tests' JVMs (tests/conftest.py): the archive is
+#: made with them, as a JVM maps it only with compatible ones.
+JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+
+#: What the archive's JVMs are given besides :data:`JVM_OPTIONS`. An
+#: archive that does not match the JVM is a warning (and a start without
+#: it), which the JVM's log prints on stdout, where Spark's driver output
+#: goes and some tests read ``seqkeeper compact``'s: its warnings go to
+#: stderr instead.
+ARCHIVE_OPTIONS = f"-XX:SharedArchiveFile={SPARK_ARCHIVE} -Xlog:disable -Xlog:all=warning:stderr"
+
+_TRAINING = """
+import sys, tempfile
+from pyspark.sql import SparkSession, functions as F
+spark = (SparkSession.builder.master("local[2]").appName("jvm-archive")
+         .config("spark.ui.enabled", "false")
+         .config("spark.driver.bindAddress", "127.0.0.1")
+         .config("spark.driver.host", "127.0.0.1")
+         .config("spark.sql.shuffle.partitions", "4").getOrCreate())
+spark.sparkContext.setLogLevel("ERROR")
+df = spark.range(2000).withColumn("k", F.col("id") % 7)
+udf = F.udf(lambda v: str(v * 2))
+out = tempfile.mkdtemp()
+(df.withColumn("s", udf("id")).groupBy("k").agg(F.count("*").alias("n"), F.max("s").alias("s"))
+   .write.mode("overwrite").parquet(out))
+assert spark.read.parquet(out).count() == 7
+jvm = spark.sparkContext._gateway.proc
+spark.stop()
+jvm.stdin.close()  # the gateway exits on its stdin's end; the archive is written as it exits
+jvm.wait(timeout=300)
+"""
+
+
+def build(target: Path = SPARK_ARCHIVE) -> Path:
+    """The archive at ``target``, made by one training run (written to a
+    temporary name first: a run that fails leaves no partial archive)."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    for stale in target.parent.glob(f".{target.name}.*"):  # a run stopped half-way
+        stale.unlink()
+    partial = target.with_name(f".{target.name}.{os.getpid()}")
+    env = dict(os.environ, SPARK_SUBMIT_OPTS=f"{JVM_OPTIONS} -XX:ArchiveClassesAtExit={partial}")
+    env.setdefault("PYSPARK_PYTHON", sys.executable)
+    with tempfile.TemporaryDirectory() as cwd:
+        subprocess.run(
+            [sys.executable, "-c", _TRAINING],
+            env=env,
+            cwd=cwd,
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
+    if not partial.exists():
+        raise SystemExit(f"jvm_archive: the training run wrote no archive at {partial}")
+    os.replace(partial, target)
+    return target
+
+
+if __name__ == "__main__":
+    if shutil.which("java") is None:
+        raise SystemExit("jvm_archive: no java on PATH (make java)")
+    print(f"jvm_archive: {build()}")
