@@ -54,9 +54,10 @@ PYTEST_WORKERS ?= 3
 # with the virtualenv: it belongs to these jars and this JDK).
 JVM_ARCHIVE = $(VENV)/jvm/spark.jsa
 $(JVM_ARCHIVE): $(STAMP) tests/jvm_archive.py | java
-	$(BIN)/python tests/jvm_archive.py
+	$(BIN)/python -m tests.jvm_archive
 
 test: $(STAMP) java $(JVM_ARCHIVE)
+	@[ -z "$$KAFKA_HOME" ] || $(BIN)/python -m tests.jvm_archive --kafka "$$KAFKA_HOME"
 	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=40 -n $(PYTEST_WORKERS) $(PYTEST_ARGS)
 
 lint: $(STAMP)

@@ -17,18 +17,19 @@ import pytest
 
 from seqkeeper.broker import EmbeddedBroker, KafkaBroker, LocalBroker, kafka_home_from_env
 from seqkeeper.settings import EXAMPLE_HANDLERS, Settings
-from tests.jvm_archive import ARCHIVE_OPTIONS, JVM_OPTIONS, SPARK_ARCHIVE
+from tests.jvm_archive import ARCHIVE_OPTIONS, JVM_OPTIONS, SPARK_ARCHIVE, kafka_options
 
 #: The JVMs the tests start (Spark sessions, ``seqkeeper compact``'s Spark,
 #: Apache Kafka brokers) live minutes and run small jobs: most of their CPU
 #: went to the optimizing JIT compiler and G1's threads, on two cores shared
 #: by the test processes. The client compiler alone and the serial collector
-#: cut that CPU by about a third, and Spark's JVMs map the classes they load
-#: from the archive ``make test`` builds (tests/jvm_archive.py) instead of
-#: reading them from the jars, which takes about half of a start's CPU off;
-#: what the tests check does not change (a variable already set is kept:
+#: cut that CPU by about a third; and Spark's JVMs (Kafka's too, with
+#: ``KAFKA_HOME``) map the classes they load from the archives ``make test``
+#: builds (tests/jvm_archive.py) instead of reading them from the jars,
+#: which takes a third to a half of a start's CPU off. What the tests check
+#: does not change (a variable already set is kept:
 #: the bench, run by users, is not affected).
-os.environ.setdefault("KAFKA_JVM_PERFORMANCE_OPTS", JVM_OPTIONS)
+os.environ.setdefault("KAFKA_JVM_PERFORMANCE_OPTS", kafka_options(kafka_home_from_env()))
 os.environ.setdefault(
     "SPARK_SUBMIT_OPTS",
     f"{JVM_OPTIONS} {ARCHIVE_OPTIONS}" if SPARK_ARCHIVE.exists() else JVM_OPTIONS,

@@ -1,5 +1,7 @@
-"""Builds the class-data-sharing archive the tests' Spark JVMs start from
-(``make test`` runs it once, before the test processes start).
+"""Builds the class-data-sharing archives the tests' JVMs start from
+(``make test`` runs it once, before the test processes start): Spark's,
+and with ``--kafka HOME`` the Apache Kafka distribution's (its brokers and
+its command-line tools, one class path).
 
 Every Spark JVM the suite starts (the in-process session, each ``seqkeeper
 compact`` subprocess) loads the same few thousand classes from PySpark's
@@ -8,13 +10,18 @@ which takes about half the CPU of a JVM's start off (bench/NOTES.md, "CI
 time"). The archive holds what one representative run loads: a session, a
 shuffle, a Python UDF, Parquet written and read back.
 
-The archive belongs to this JDK and these jars: it is rebuilt when the
+Kafka's archive holds what a broker loads from its start to a clean stop;
+the tools (``kafka-acls.sh``, ``kafka-topics.sh``) share most of it.
+
+An archive belongs to its JDK and its jars: it is rebuilt when the
 virtualenv is (make's dependency on its stamp), and a JVM given one that
 does not match them runs without it (``-Xshare:auto``, the default).
 """
 
 from __future__ import annotations
 
+import argparse
+import hashlib
 import os
 import shutil
 import subprocess
@@ -35,6 +42,24 @@ JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 #: goes and some tests read ``seqkeeper compact``'s: its warnings go to
 #: stderr instead.
 ARCHIVE_OPTIONS = f"-XX:SharedArchiveFile={SPARK_ARCHIVE} -Xlog:disable -Xlog:all=warning:stderr"
+
+
+def kafka_archive(home: Path) -> Path:
+    """Where the archive of the distribution at ``home`` is built."""
+    digest = hashlib.sha256(str(home.resolve()).encode()).hexdigest()[:16]
+    return SPARK_ARCHIVE.with_name(f"kafka-{digest}.jsa")
+
+
+def kafka_options(home: Path | None) -> str:
+    """``KAFKA_JVM_PERFORMANCE_OPTS`` for the tests' Kafka JVMs: with the
+    distribution's archive when it was built."""
+    if home is None or not kafka_archive(home).exists():
+        return JVM_OPTIONS
+    return (
+        f"{JVM_OPTIONS} -XX:SharedArchiveFile={kafka_archive(home)} "
+        "-Xlog:disable -Xlog:all=warning:stderr"
+    )
+
 
 _TRAINING = """
 import sys, tempfile
@@ -81,7 +106,49 @@ def build(target: Path = SPARK_ARCHIVE) -> Path:
     return target
 
 
-if __name__ == "__main__":
+def build_kafka(home: Path) -> Path:
+    """The archive of the distribution at ``home``, made by one broker's
+    run from its start to a clean stop (SIGTERM: the archive is written as
+    the JVM exits)."""
+    from seqkeeper.broker import KafkaBroker
+
+    target = kafka_archive(home)
+    for stale in target.parent.glob(f".{target.name}.*"):
+        stale.unlink()
+    partial = target.with_name(f".{target.name}.{os.getpid()}")
+    os.environ["KAFKA_JVM_PERFORMANCE_OPTS"] = f"{JVM_OPTIONS} -XX:ArchiveClassesAtExit={partial}"
+    with KafkaBroker(home):
+        pass
+    if not partial.exists():
+        raise SystemExit(f"jvm_archive: the broker's run wrote no archive at {partial}")
+    os.replace(partial, target)
+    return target
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--kafka",
+        type=Path,
+        metavar="HOME",
+        help="build the archive of this Kafka distribution instead, unless it is current",
+    )
+    args = parser.parse_args()
     if shutil.which("java") is None:
         raise SystemExit("jvm_archive: no java on PATH (make java)")
-    print(f"jvm_archive: {build()}")
+    if args.kafka is None:
+        print(f"jvm_archive: {build()}")
+        return
+    target = kafka_archive(args.kafka)
+    # current: built since the virtualenv was (its stamp) and since the distribution's jars
+    stamp = Path(sys.prefix) / ".installed"
+    newer = [stamp, args.kafka / "libs"]
+    if target.exists() and all(
+        target.stat().st_mtime >= p.stat().st_mtime for p in newer if p.exists()
+    ):
+        return
+    print(f"jvm_archive: {build_kafka(args.kafka)}")
+
+
+if __name__ == "__main__":
+    main()
