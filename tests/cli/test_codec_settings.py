@@ -11,6 +11,7 @@ import orjson
 import pytest
 from typer.testing import CliRunner
 
+from seqkeeper import security
 from seqkeeper.broker import free_port
 from seqkeeper.cli import app
 from seqkeeper.plugins import codec_of
@@ -42,7 +43,11 @@ MARKER_SCHEMA = {
 
 
 def one_line(args: list[str], env: dict[str, str], named: str) -> None:
-    result = CliRunner().invoke(app, args, env=env)
+    # (in this process: ``worker`` installs its client security as the
+    # process default before it loads the codec; restored after, for the
+    # tests this process runs next)
+    with security.installed(security.current()):
+        result = CliRunner().invoke(app, args, env=env)
     assert result.exit_code == 2, result.output
     assert result.output.startswith("error: ") and named in result.output, result.output
     assert result.output.count("\n") == 1, result.output
