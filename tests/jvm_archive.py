@@ -27,6 +27,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 #: Where ``make`` builds the archive; tests/conftest.py uses it when present.
@@ -83,46 +84,51 @@ jvm.wait(timeout=300)
 """
 
 
-def build(target: Path = SPARK_ARCHIVE) -> Path:
-    """The archive at ``target``, made by one training run (written to a
-    temporary name first: a run that fails leaves no partial archive)."""
+def _archived(target: Path, run: Callable[[str], object]) -> Path:
+    """The archive at ``target``, made by ``run(options)``: a training run
+    whose JVM is given ``options``. It is written to a temporary name first,
+    so a run that fails leaves no partial archive."""
     target.parent.mkdir(parents=True, exist_ok=True)
     for stale in target.parent.glob(f".{target.name}.*"):  # a run stopped half-way
         stale.unlink()
     partial = target.with_name(f".{target.name}.{os.getpid()}")
-    env = dict(os.environ, SPARK_SUBMIT_OPTS=f"{JVM_OPTIONS} -XX:ArchiveClassesAtExit={partial}")
-    env.setdefault("PYSPARK_PYTHON", sys.executable)
-    with tempfile.TemporaryDirectory() as cwd:
-        subprocess.run(
-            [sys.executable, "-c", _TRAINING],
-            env=env,
-            cwd=cwd,
-            check=True,
-            stdout=subprocess.DEVNULL,
-        )
+    run(f"{JVM_OPTIONS} -XX:ArchiveClassesAtExit={partial}")
     if not partial.exists():
         raise SystemExit(f"jvm_archive: the training run wrote no archive at {partial}")
     os.replace(partial, target)
     return target
 
 
+def build(target: Path = SPARK_ARCHIVE) -> Path:
+    """Spark's archive: one session's run of :data:`_TRAINING`."""
+
+    def run(options: str) -> None:
+        env = dict(os.environ, SPARK_SUBMIT_OPTS=options)
+        env.setdefault("PYSPARK_PYTHON", sys.executable)
+        with tempfile.TemporaryDirectory() as cwd:
+            subprocess.run(
+                [sys.executable, "-c", _TRAINING],
+                env=env,
+                cwd=cwd,
+                check=True,
+                stdout=subprocess.DEVNULL,
+            )
+
+    return _archived(target, run)
+
+
 def build_kafka(home: Path) -> Path:
-    """The archive of the distribution at ``home``, made by one broker's
-    run from its start to a clean stop (SIGTERM: the archive is written as
-    the JVM exits)."""
+    """The archive of the distribution at ``home``: one broker's run from
+    its start to a clean stop (SIGTERM: the archive is written as the JVM
+    exits)."""
     from seqkeeper.broker import KafkaBroker
 
-    target = kafka_archive(home)
-    for stale in target.parent.glob(f".{target.name}.*"):
-        stale.unlink()
-    partial = target.with_name(f".{target.name}.{os.getpid()}")
-    os.environ["KAFKA_JVM_PERFORMANCE_OPTS"] = f"{JVM_OPTIONS} -XX:ArchiveClassesAtExit={partial}"
-    with KafkaBroker(home):
-        pass
-    if not partial.exists():
-        raise SystemExit(f"jvm_archive: the broker's run wrote no archive at {partial}")
-    os.replace(partial, target)
-    return target
+    def run(options: str) -> None:
+        os.environ["KAFKA_JVM_PERFORMANCE_OPTS"] = options
+        with KafkaBroker(home):
+            pass
+
+    return _archived(kafka_archive(home), run)
 
 
 def main() -> None:
