@@ -7,14 +7,14 @@ its bytes and a reason while the worker keeps going."""
 from __future__ import annotations
 
 import asyncio
-import time
 from pathlib import Path
 
 import pytest
 
 from seqkeeper.state.value_codecs import AvroCodec
-from seqkeeper.topics import Record, create_topics, read_topic
+from seqkeeper.topics import create_topics
 from seqkeeper.worker import WorkerProcess
+from tests.topic_wait import wait_for
 
 pytestmark = pytest.mark.integration
 pytest.importorskip("fastavro")
@@ -22,17 +22,6 @@ pytest.importorskip("fastavro")
 PROJECT = Path(__file__).resolve().parent.parent / "fixtures" / "codec_project"
 SCHEMA = PROJECT / "envelope.avsc"
 SCHEMA_ID = 42
-
-
-def wait_for(bootstrap: str, topic: str, count: int, worker: WorkerProcess) -> list[Record]:
-    deadline = time.monotonic() + 120
-    while True:
-        records = asyncio.run(read_topic(bootstrap, topic))
-        if len(records) >= count:
-            return records
-        worker.check_alive()
-        assert time.monotonic() < deadline, (topic, len(records), count, worker.log()[-3000:])
-        time.sleep(0.5)
 
 
 def test_avro_in_the_confluent_wire_format_both_ways(make_settings, tmp_path: Path) -> None:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import random
-import time
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -24,8 +23,9 @@ import orjson
 import pytest
 from aiokafka import AIOKafkaProducer
 
-from seqkeeper.topics import Record, create_topics, read_topic
+from seqkeeper.topics import create_topics
 from seqkeeper.worker import WorkerProcess
+from tests.topic_wait import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -41,17 +41,6 @@ async def produce(bootstrap: str, topic: str, records: list[tuple[int, Any, byte
         await producer.flush()
     finally:
         await producer.stop()
-
-
-def wait_for(bootstrap: str, topic: str, count: int, worker: WorkerProcess) -> list[Record]:
-    deadline = time.monotonic() + 120
-    while True:
-        records = asyncio.run(read_topic(bootstrap, topic))
-        if len(records) >= count:
-            return records
-        worker.check_alive()
-        assert time.monotonic() < deadline, (len(records), count, worker.log()[-3000:])
-        time.sleep(0.5)
 
 
 def test_a_key_field_repartitions_and_headers_pass_through(make_settings, tmp_path: Path) -> None:

@@ -12,7 +12,6 @@ import json
 import shutil
 import subprocess
 import sys
-import time
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,7 @@ from seqkeeper.spark_sink import tables
 from seqkeeper.topics import Record, create_topics, read_topic
 from seqkeeper.worker import WorkerProcess
 from tests.spark_sink.cli_env import compact_env
+from tests.topic_wait import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -39,17 +39,6 @@ def encode(document: Any) -> bytes:  # (what the project's codec writes, for the
 def decode(value: bytes | None) -> Any:
     assert value is not None and value.startswith(b"SK1:"), value
     return json.loads(base64.b64decode(value[4:], validate=True))
-
-
-def wait_for(bootstrap: str, topic: str, count: int, worker: WorkerProcess) -> list[Record]:
-    deadline = time.monotonic() + 120
-    while True:
-        records = asyncio.run(read_topic(bootstrap, topic))
-        if len(records) >= count:
-            return records
-        worker.check_alive()
-        assert time.monotonic() < deadline, (topic, len(records), count, worker.log()[-3000:])
-        time.sleep(0.5)
 
 
 def cli(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
