@@ -98,22 +98,57 @@ def _ephemeral_low() -> int:
         return 32768
 
 
+#: How long a port :func:`free_port` gave stays reserved from its other
+#: callers on this machine: time enough for the process it was chosen for to
+#: start and listen on it.
+PORT_RESERVED_FOR = 120.0
+
+
 def free_port(host: str = LOOPBACK) -> int:
     """Return a TCP port on ``host`` (default 127.0.0.1) that is free right
     now, chosen at random below the kernel's ephemeral range: a port found
     free there (what binding port 0 gives) can be taken as the local port of
     any outgoing connection before the server binds it, and with several
-    processes starting brokers and workers at once, sometimes is."""
+    processes starting brokers and workers at once, sometimes is.
+
+    The port is also reserved for :data:`PORT_RESERVED_FOR` seconds from
+    every other caller on the machine (:func:`reserve_port`): between the choice
+    and the listen, the port is free, and two processes choosing at once
+    could both be given it; the second server would then fail to start."""
     low = _ephemeral_low()
     if low - PORTS_BELOW_EPHEMERAL >= 1024:
         pick = random.SystemRandom()  # (forked processes share random's seed)
         for _ in range(64):
             port = pick.randrange(low - PORTS_BELOW_EPHEMERAL, low)
-            if port_is_free(host, port):
+            if port_is_free(host, port) and reserve_port(port):
                 return port
     with socket.socket(_family(host), socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
         return int(sock.getsockname()[1])
+
+
+def reserve_port(port: int, now: float | None = None) -> bool:
+    """Reserve ``port`` for :data:`PORT_RESERVED_FOR` seconds: an empty file
+    named after it, created exclusively, in a directory of this user's under
+    the temporary directory (one file per port at most, so never more than
+    :data:`PORTS_BELOW_EPHEMERAL`). False if another caller reserved it less
+    long ago; True, without a reservation, where no file can be written."""
+    now = time.time() if now is None else now
+    try:
+        where = Path(tempfile.gettempdir()) / f"seqkeeper-ports-{os.getuid()}"
+        where.mkdir(mode=0o700, exist_ok=True)
+        path = where / str(port)
+        try:
+            os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+        except FileExistsError:
+            if now - path.stat().st_mtime < PORT_RESERVED_FOR:
+                return False
+            os.utime(path, (now, now))  # an old reservation: this caller's now
+        else:
+            os.utime(path, (now, now))
+    except OSError:
+        return True
+    return True
 
 
 def port_is_free(host: str, port: int) -> bool:

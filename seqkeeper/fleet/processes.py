@@ -119,9 +119,14 @@ class WorkerProcess:
         return self
 
     def check_alive(self) -> None:
+        """:class:`WorkerDied` if the worker exited, with the end of its log
+        (the log itself may be gone with the run's temporary directory by
+        the time anyone reads the report)."""
         if self.proc is not None and self.proc.poll() is not None:
+            tail = "\n".join(self.log().splitlines()[-20:])
             raise WorkerDied(
                 f"the worker exited with code {self.proc.returncode}; log: {self.log_path}"
+                + (f"; it ends:\n{tail}" if tail else "")
             )
 
     def log(self) -> str:

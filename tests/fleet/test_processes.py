@@ -8,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-from seqkeeper.fleet.processes import WorkerProcess, process, spawn, stop
+from seqkeeper.fleet.processes import WorkerDied, WorkerProcess, process, spawn, stop
 from seqkeeper.settings import Settings
 
 SLEEPER = "import os, time; print(os.environ['FLEET_PROBE'], flush=True); time.sleep(60)"
@@ -51,3 +51,21 @@ def test_a_worker_process_has_its_settings_as_its_environment(tmp_path: Path) ->
     assert settings.to_env().items() <= env.items()
     assert env["SEQKEEPER_APP_ID"] == "fleet-probe"
     assert worker.stop() is None and not worker.running()  # (never started)
+
+
+def test_a_dead_worker_s_error_carries_the_end_of_its_log(tmp_path: Path) -> None:
+    """The report of a worker that exited shows why, even once the run's
+    temporary directory, and the log in it, is gone."""
+    worker = WorkerProcess(Settings(), tmp_path / "w.log")
+    worker.proc = spawn(
+        [sys.executable, "-c", "print('error: port 1 in use'); raise SystemExit(1)"],
+        {},
+        worker.log_path,
+    )
+    worker.proc.wait()
+    try:
+        worker.check_alive()
+    except WorkerDied as e:
+        assert "exited with code 1" in str(e) and "error: port 1 in use" in str(e), e
+    else:
+        raise AssertionError("check_alive passed for a worker that exited")
