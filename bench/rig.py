@@ -44,7 +44,8 @@ from seqkeeper.fleet.poll import records_in
 from seqkeeper.fleet.processes import WorkerProcess, process
 from seqkeeper.fleet.publishing import publish
 from seqkeeper.security import kafka_options
-from seqkeeper.settings import Settings
+from seqkeeper.settings import Guarantee, Settings
+from seqkeeper.settings.runtime_settings import auto_fetch_wait
 from seqkeeper.topics import create_topics, read_topic
 
 Records = list[tuple[bytes | None, bytes | None]]
@@ -165,6 +166,19 @@ LATENCY_P99_MS = 100
 #: what the embedded broker runs anyway. The ``guarantee`` section measures
 #: exactly-once against it.
 PINNED = "at_least_once"
+
+
+def worker_fetch_wait_ms(settings: Settings) -> int | str:
+    """The fetch wait a worker with ``settings`` runs, in milliseconds:
+    ``SEQKEEPER_FETCH_MAX_WAIT=auto`` as the worker resolves it for the
+    guarantee asked (``"auto"`` when that is auto too: the worker's start
+    resolves both against the broker)."""
+    r = settings.runtime
+    if r.fetch_max_wait is not None:
+        return r.fetch_wait_ms()
+    if r.processing_guarantee == "auto":
+        return "auto"
+    return round(1000 * auto_fetch_wait(Guarantee(r.processing_guarantee)))
 
 
 def changelog_ends(bootstrap: str, settings: Settings) -> dict[int, int]:
@@ -391,7 +405,7 @@ class Bench:
         if guarantee != "auto" and not name:
             what += f", {guarantee}"
         figure = _latency_figure(what, lat)
-        figure.detail["fetch max wait ms"] = s.runtime.fetch_wait_ms()
+        figure.detail["fetch max wait ms"] = worker_fetch_wait_ms(s)
         figure.detail["isolation"] = isolation
         figure.detail["log"] = str(self.workdir / f"{tag}.log")
         return figure

@@ -126,7 +126,7 @@ def run_worker(settings: Settings) -> None:
     line (:mod:`seqkeeper.cli.errors`)."""
 
     from seqkeeper.runtime import tracing as spans
-    from seqkeeper.runtime.guarantee import choose_guarantee
+    from seqkeeper.runtime.guarantee import choose_fetch_wait, choose_guarantee
     from seqkeeper.runtime.task import LocalState, previous_members
     from seqkeeper.runtime.wiring import build_app
     from seqkeeper.state.integrity import refused_state
@@ -174,6 +174,7 @@ def run_worker(settings: Settings) -> None:
         settings = choose_guarantee(
             settings, embedded=isinstance(current_local(), EmbeddedBroker), principal=principal
         )
+        settings = choose_fetch_wait(settings)
         take_over_previous_members(settings, previous_members(settings.runtime.data_dir))
         app, task = build_app(
             settings, wiring(settings), beside=repartitioner(settings, codec), tracing=tracing

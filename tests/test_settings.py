@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from seqkeeper.runtime.guarantee import choose_fetch_wait
 from seqkeeper.runtime.wiring import make_app
 from seqkeeper.settings import GROUPS, VARS, SettingError, Settings, markdown_table
 from seqkeeper.worker import tune_interpreter
@@ -66,6 +67,32 @@ def test_fetch_wait_in_milliseconds_default_env_rounding_and_errors(
     for bad in (-0.001, float("nan")):
         with pytest.raises(ValueError, match="fetch max wait must be a non-negative"):
             Settings.of(fetch_max_wait=bad).runtime.fetch_wait_ms()
+
+
+def test_an_auto_fetch_wait_is_resolved_with_the_guarantee_and_a_set_one_kept(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("SEQKEEPER_FETCH_MAX_WAIT", raising=False)
+    assert Settings().runtime.fetch_max_wait is None  # auto by default
+    for text in ("auto", ""):  # ("": how to_env writes auto for a child)
+        assert Settings.of(fetch_max_wait=text).runtime.fetch_max_wait is None
+    auto = Settings.of(fetch_max_wait="auto")
+    assert (
+        Settings.of(
+            **{"fetch_max_wait": auto.to_env()["SEQKEEPER_FETCH_MAX_WAIT"]}
+        ).runtime.fetch_max_wait
+        is None
+    )
+    eos = choose_fetch_wait(auto.with_overrides(processing_guarantee="exactly_once"))
+    assert eos.runtime.fetch_max_wait == 0.5 and eos.runtime.fetch_wait_ms() == 500
+    alo = choose_fetch_wait(auto.with_overrides(processing_guarantee="at_least_once"))
+    assert alo.runtime.fetch_max_wait == 0.02 and alo.runtime.fetch_wait_ms() == 20
+    # resolved, a child process gets the number
+    assert eos.to_env()["SEQKEEPER_FETCH_MAX_WAIT"] == "0.5"
+    kept = Settings.of(fetch_max_wait="0.1", processing_guarantee="exactly_once")
+    assert choose_fetch_wait(kept).runtime.fetch_wait_ms() == 100
+    with pytest.raises(SettingError, match="fetch-max-wait='soon': expected a non-negative number"):
+        Settings.of(fetch_max_wait="soon")
 
 
 def test_the_worker_app_fetches_with_the_settings_wait(tmp_path: Path) -> None:

@@ -23,6 +23,7 @@ from aiokafka.errors import UnknownError, UnsupportedVersionError
 
 from seqkeeper.security import kafka_options
 from seqkeeper.settings import VARS, Guarantee, Settings
+from seqkeeper.settings.runtime_settings import auto_fetch_wait
 
 #: The answers that mean "this broker has no transactions".
 NOT_IMPLEMENTED = (UnknownError, UnsupportedVersionError)
@@ -181,3 +182,20 @@ def choose_guarantee(settings: Settings, embedded: bool, principal: str = "") ->
         raise SystemExit(0) from None
     print(f"processing guarantee: {mode} ({why})", flush=True)
     return settings.with_overrides(processing_guarantee=mode.value)
+
+
+def choose_fetch_wait(settings: Settings) -> Settings:
+    """``settings`` (with its guarantee chosen, :func:`choose_guarantee`)
+    with ``SEQKEEPER_FETCH_MAX_WAIT=auto`` resolved (:func:`auto_fetch_wait`),
+    and a line saying which and why; a value set is kept as it is."""
+    if settings.runtime.fetch_max_wait is not None:
+        return settings
+    mode = settings.runtime.guarantee
+    wait = auto_fetch_wait(mode)
+    why = (
+        "the broker answers a waiting fetch when records arrive"
+        if mode is Guarantee.EXACTLY_ONCE
+        else "a bound on the latency a waiting fetch adds"
+    )
+    print(f"fetch max wait: {wait:g} s (auto, {mode}: {why})", flush=True)
+    return settings.with_overrides(fetch_max_wait=wait)

@@ -39,6 +39,33 @@ class Guarantee(enum.StrEnum):
     EXACTLY_ONCE = "exactly_once"
 
 
+#: ``SEQKEEPER_FETCH_MAX_WAIT=auto`` where the worker runs exactly-once:
+#: Kafka's own default (``fetch.max.wait.ms``).
+HELD_FETCH_WAIT = 0.5
+#: ``SEQKEEPER_FETCH_MAX_WAIT=auto`` otherwise.
+SHORT_FETCH_WAIT = 0.02
+
+
+def auto_fetch_wait(guarantee: Guarantee) -> float:
+    """What ``SEQKEEPER_FETCH_MAX_WAIT=auto`` is for a worker that runs
+    ``guarantee``, in seconds. A broker that runs transactions (the only
+    ones a worker runs exactly-once on) answers a fetch held for records
+    as soon as some arrive, as Apache Kafka does: a long wait costs no
+    latency there, and each fetch of an idle worker costs both it and the
+    broker CPU. The embedded broker (no transactions) holds a fetch to the
+    end of its wait even when records arrive meanwhile: a short wait
+    bounds the latency that adds."""
+    return HELD_FETCH_WAIT if guarantee is Guarantee.EXACTLY_ONCE else SHORT_FETCH_WAIT
+
+
+def fetch_wait(text: str) -> float | None:
+    """``auto`` (or empty): ``None``, resolved at the worker's start
+    (:func:`auto_fetch_wait`); else a number of seconds."""
+    if text in ("auto", ""):
+        return None
+    return seconds(text)
+
+
 @dataclass(frozen=True)
 class RuntimeSettings(Group):
     """The worker process: identity, state, commits, resources."""
@@ -189,13 +216,16 @@ class RuntimeSettings(Group):
         "when a worker starts behind a large backlog.",
         positive_integer,
     )
-    fetch_max_wait: float = var(
+    fetch_max_wait: float | None = var(
         "SEQKEEPER_FETCH_MAX_WAIT",
-        "0.02",
-        "Longest a fetch waits at the broker for records: an upper bound on the latency it adds.",
-        seconds,
+        "auto",
+        "Longest a fetch waits at the broker for records. auto: 0.5 s under exactly-once "
+        "(Apache Kafka answers a waiting fetch when records arrive), else 0.02 s (the "
+        "embedded broker holds it to its end: a bound on the latency it adds). See "
+        "docs/operations.md#fetch-wait-and-what-an-idle-worker-costs.",
+        fetch_wait,
         "s",
-        check=non_negative_seconds("fetch max wait"),
+        check=lambda wait: wait is None or non_negative_seconds("fetch max wait")(wait),
     )
     #: (a first value of 0 turns automatic collection off)
     gc_threshold: tuple[int, int, int] = var(
@@ -301,5 +331,9 @@ class RuntimeSettings(Group):
 
     def fetch_wait_ms(self) -> int:
         """:attr:`fetch_max_wait` in whole milliseconds (as Kafka clients
-        take it)."""
-        return round(self.fetch_max_wait * 1000)
+        take it); ``auto``, not yet resolved by the worker's start, is the
+        short wait (:func:`auto_fetch_wait` of at-least-once)."""
+        wait = self.fetch_max_wait
+        if wait is None:
+            wait = auto_fetch_wait(Guarantee.AT_LEAST_ONCE)
+        return round(wait * 1000)

@@ -61,8 +61,9 @@ class Var:
 
     def with_unit(self, text: str) -> str:
         """``text`` (a value of this variable) with its unit, if it has one
-        and ``text`` is not empty."""
-        return f"{text} {self.unit}" if self.unit and text else text
+        and ``text`` is neither empty nor ``auto`` (a value resolved later)."""
+        bare = text.strip("`")  # (as the README's table shows it)
+        return f"{text} {self.unit}" if self.unit and bare not in ("", "auto") else text
 
     def flag_help(self) -> str:
         """The help of this variable's CLI flag (rich markup escaped)."""

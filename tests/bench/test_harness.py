@@ -15,7 +15,7 @@ from aiokafka import AIOKafkaProducer
 from seqkeeper.adapter.producer import BatchProducer
 from seqkeeper.bench.measure import LATENCY_LINGER_MS, _latency_figure
 from seqkeeper.bench.report import write
-from seqkeeper.bench.rig import _paced, workload
+from seqkeeper.bench.rig import _paced, worker_fetch_wait_ms, workload
 from seqkeeper.bench.sections.soak import SOAK_SEQS
 from seqkeeper.settings import Settings
 from seqkeeper.topics import create_topics, read_topic
@@ -284,3 +284,11 @@ def test_standby_cost_counts_the_standby_records_each_worker_applied(smoke: Smok
     assert all(n > 0 for n in one["standby records applied per worker"]), one
     assert none["standby records applied"] == 0, none
     assert all(c > 0 for c in one["CPU s per worker"] + none["CPU s per worker"])
+
+
+def test_a_latency_figure_records_the_fetch_wait_its_worker_resolves() -> None:
+    s = Settings.of(bootstrap="-", fetch_max_wait="auto")
+    assert worker_fetch_wait_ms(s.with_overrides(processing_guarantee="exactly_once")) == 500
+    assert worker_fetch_wait_ms(s.with_overrides(processing_guarantee="at_least_once")) == 20
+    assert worker_fetch_wait_ms(s.with_overrides(processing_guarantee="auto")) == "auto"
+    assert worker_fetch_wait_ms(s.with_overrides(fetch_max_wait=0.1)) == 100

@@ -146,14 +146,19 @@ def test_the_worker_runs_exactly_once_only_where_it_can(
         said(worker, "processing guarantee: exactly_once (requested)")
 
 
-def test_the_worker_says_which_guarantee_auto_chose(
+def test_the_worker_says_which_guarantee_and_fetch_wait_auto_chose(
     broker: Broker, make_settings: Callable[..., Settings], tmp_path: Path
 ) -> None:
+    """And the fetch wait that goes with it: Kafka's own where the broker
+    answers a waiting fetch when records arrive, the short one on the
+    embedded broker, which holds it to the end."""
     worker = worker_in(tmp_path, make_settings(processing_guarantee="auto"))
     if broker.is_tansu:
-        said(worker, "processing guarantee: at_least_once (auto: the broker has no transactions)")
+        log = said(worker, "fetch max wait: 0.02 s (auto, at_least_once: ")
+        assert "processing guarantee: at_least_once (auto: the broker has no transactions)" in log
     else:
-        said(worker, "processing guarantee: exactly_once (auto: the broker supports transactions)")
+        log = said(worker, "fetch max wait: 0.5 s (auto, exactly_once: ")
+        assert "processing guarantee: exactly_once (auto: the broker supports transactions)" in log
 
 
 def test_a_worker_on_its_own_embedded_broker_says_which_broker_refused(
