@@ -180,8 +180,12 @@ def test_async_handlers_call_another_service_and_time_out(
         events = asyncio.run(read_topic(bootstrap, settings.commands.events_topic))
         kinds = sorted(json.loads(r.value or b"{}")["type"] for r in events)
         assert kinds == ["Bought"] * 4  # nothing from the refused or the timed-out runs
+    except BaseException:
+        worker.dump()  # its tasks in its log: where a missing reply was stuck
+        print(worker.log()[-12000:])  # (shown with the failure)
+        raise
     finally:
-        assert worker.stop() == 0, worker.log()[-3000:]
+        assert worker.stop() == 0, worker.log()[-6000:]
     assert calls.count("/slow") == 2  # one run per attempt
     assert {c for c in calls if c.startswith("/price/")} == {
         "/price/apple",
