@@ -91,7 +91,7 @@ def test_an_auto_fetch_wait_is_resolved_with_the_guarantee_and_a_set_one_kept(
     assert eos.to_env()["SEQKEEPER_FETCH_MAX_WAIT"] == "0.5"
     kept = Settings.of(fetch_max_wait="0.1", processing_guarantee="exactly_once")
     assert choose_fetch_wait(kept).runtime.fetch_wait_ms() == 100
-    with pytest.raises(SettingError, match="fetch-max-wait='soon': expected a non-negative number"):
+    with pytest.raises(SettingError, match="fetch-max-wait='soon': expected auto or a non-negative number"):
         Settings.of(fetch_max_wait="soon")
 
 

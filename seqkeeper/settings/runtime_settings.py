@@ -63,7 +63,10 @@ def fetch_wait(text: str) -> float | None:
     (:func:`auto_fetch_wait`); else a number of seconds."""
     if text in ("auto", ""):
         return None
-    return seconds(text)
+    try:
+        return seconds(text)
+    except ValueError:
+        raise ValueError("expected auto or a non-negative number of seconds") from None
 
 
 @dataclass(frozen=True)
