@@ -21,6 +21,7 @@ import random
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import tempfile
@@ -137,15 +138,19 @@ def reserve_port(port: int, now: float | None = None) -> bool:
     try:
         where = Path(tempfile.gettempdir()) / f"seqkeeper-ports-{os.getuid()}"
         where.mkdir(mode=0o700, exist_ok=True)
+        # another user's directory (or a link) under a shared /tmp: no
+        # reservation, rather than files where that user decides
+        found = where.lstat()
+        if not stat.S_ISDIR(found.st_mode) or found.st_uid != os.getuid():
+            return True
         path = where / str(port)
         try:
-            os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+            os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW, 0o600))
         except FileExistsError:
-            if now - path.stat().st_mtime < PORT_RESERVED_FOR:
+            if now - path.lstat().st_mtime < PORT_RESERVED_FOR:
                 return False
-            os.utime(path, (now, now))  # an old reservation: this caller's now
-        else:
-            os.utime(path, (now, now))
+        # (an old reservation becomes this caller's)
+        os.utime(path, (now, now), follow_symlinks=False)
     except OSError:
         return True
     return True

@@ -4,9 +4,14 @@ and the demo's start brokers and workers at once)."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
+
+import pytest
 
 from seqkeeper.broker import PORT_RESERVED_FOR, free_port, port_is_free, reserve_port
 
@@ -37,3 +42,18 @@ def test_a_reservation_expires() -> None:
     assert not reserve_port(port, now + PORT_RESERVED_FOR - 1)
     assert reserve_port(port, now + PORT_RESERVED_FOR + 1)  # taken over once old
     assert not reserve_port(port, now + PORT_RESERVED_FOR + 2)
+
+
+def test_a_directory_of_another_owner_is_not_used(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under a shared temporary directory, a stranger may have made the
+    reservations' directory first (or a link in its place): then no file is
+    written there, and ports are still given."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    target = tmp_path / "elsewhere"
+    target.mkdir()
+    (tmp_path / f"seqkeeper-ports-{os.getuid()}").symlink_to(target)
+    assert reserve_port(12345)
+    assert reserve_port(12345)  # nothing reserved: no file was written
+    assert list(target.iterdir()) == []
