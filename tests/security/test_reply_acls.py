@@ -7,9 +7,7 @@ command is applied once and the later commands are answered."""
 from __future__ import annotations
 
 import asyncio
-import time
 from pathlib import Path
-from typing import Any
 
 import orjson
 import pytest
@@ -28,17 +26,9 @@ from tests.security.test_acls import (  # noqa: F401 - the fixtures
     grant,
     user_password,
 )
+from tests.topic_wait import wait_for
 
 pytestmark = pytest.mark.integration
-
-
-def wait_for(bootstrap: str, topic: str, count: int, worker: WorkerProcess) -> list[Any]:
-    deadline = time.monotonic() + 120
-    while len(got := asyncio.run(read_topic(bootstrap, topic))) < count:
-        worker.check_alive()
-        assert time.monotonic() < deadline, worker.log()[-3000:]
-        time.sleep(0.5)
-    return got
 
 
 def test_a_reply_topic_without_write_is_dead_lettered_and_later_commands_answered(

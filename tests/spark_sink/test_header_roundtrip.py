@@ -6,7 +6,6 @@ goes through compact, replay and a worker without a dead letter."""
 from __future__ import annotations
 
 import asyncio
-import time
 from pathlib import Path
 
 import orjson
@@ -18,6 +17,7 @@ from seqkeeper.spark_sink.replay import Selection, replay
 from seqkeeper.topics import create_topics, read_topic
 from seqkeeper.worker import WorkerProcess
 from tests.spark_sink.test_audit import send
+from tests.topic_wait import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -59,17 +59,6 @@ def test_headers_are_kept_sealed_and_replayed_byte_for_byte(spark, broker, names
     assert again[6].headers == tuple(HEADERS)
 
 
-def wait_for(bootstrap: str, topic: str, count: int, worker: WorkerProcess) -> list:  # type: ignore[type-arg]
-    deadline = time.monotonic() + 90
-    while True:
-        records = asyncio.run(read_topic(bootstrap, topic))
-        if len(records) >= count:
-            return records
-        worker.check_alive()
-        assert time.monotonic() < deadline, (len(records), count, worker.log()[-3000:])
-        time.sleep(0.5)
-
-
 def test_header_shaped_input_round_trips_through_compact_replay_and_a_worker(
     spark, make_settings, names, tmp_path: Path
 ) -> None:
@@ -93,7 +82,7 @@ def test_header_shaped_input_round_trips_through_compact_replay_and_a_worker(
     assert replay(spark, warehouse, category, bootstrap, settings.ordered.input_topic) == 10
     worker = WorkerProcess(settings, tmp_path / "worker.log").start()
     try:
-        ordered = wait_for(bootstrap, settings.ordered.ordered_topic, 10, worker)
+        ordered = wait_for(bootstrap, settings.ordered.ordered_topic, 10, worker, timeout=90)
     finally:
         assert worker.stop() == 0
     assert asyncio.run(read_topic(bootstrap, settings.ordered.dlq_topic)) == []
