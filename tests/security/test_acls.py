@@ -30,6 +30,7 @@ from seqkeeper.settings import Settings
 from seqkeeper.topics import create_topics, read_topic
 from seqkeeper.verification.workload import generate
 from seqkeeper.worker import WorkerProcess
+from tests.kafka_tools import run_commands as run_commands_of
 from tests.secured_broker import SecuredKafkaBroker
 
 pytestmark = pytest.mark.integration
@@ -73,22 +74,17 @@ def kafka_tool(broker: SecuredKafkaBroker, tool: str, args: str) -> None:
 
 
 def grant(broker: SecuredKafkaBroker, admin_config: Path, grants: list[Grant]) -> None:
-    """Run the documented ``kafka-acls.sh`` commands, all at once (one JVM each)."""
-    procs = []
-    for g in grants:
-        command = g.command(USER, broker.bootstrap).replace("admin.properties", str(admin_config))
-        [tool, *args] = shlex.split(command)
-        procs.append(
-            subprocess.Popen(
-                [str(broker.home / "bin" / tool), *args],
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                text=True,
+    """Run the documented ``kafka-acls.sh`` commands, as a shell splits them
+    (in one JVM: tests/kafka_tools)."""
+    run_commands_of(
+        broker.home,
+        [
+            shlex.split(
+                g.command(USER, broker.bootstrap).replace("admin.properties", str(admin_config))
             )
-        )
-    for p in procs:
-        out, _ = p.communicate(timeout=120)
-        assert p.returncode == 0, out[-2000:]
+            for g in grants
+        ],
+    )
 
 
 @pytest.fixture

@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import os
 import shlex
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from seqkeeper.settings import Settings
+from tests.kafka_tools import run_commands
 from tests.secured_broker import SecuredKafkaBroker
 from tests.security.conftest import PRINCIPAL_RULES
 from tests.security.test_acls import precreate, run_ordered
@@ -65,26 +65,17 @@ def printed_acls(settings: Settings, log: Path) -> list[str]:
 
 
 def run_as_printed(broker: SecuredKafkaBroker, admin_config: Path, lines: list[str]) -> None:
-    """Each ``kafka-acls.sh`` command as a shell would run it, with the
-    admin's config file and its SASL_SSL listener (the printed bootstrap is
-    the worker's mTLS one)."""
-    procs = []
+    """Each ``kafka-acls.sh`` command as a shell splits it (in one JVM:
+    tests/kafka_tools), with the admin's config file and its SASL_SSL
+    listener (the printed bootstrap is the worker's mTLS one)."""
+    commands = []
     for line in lines:
         [tool, *args] = shlex.split(line)
         at = args.index("--bootstrap-server") + 1
         args[at] = broker.bootstrap
         args[args.index("admin.properties")] = str(admin_config)
-        procs.append(
-            subprocess.Popen(
-                [str(broker.home / "bin" / tool), *args],
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                text=True,
-            )
-        )
-    for p in procs:
-        out, _ = p.communicate(timeout=120)
-        assert p.returncode == 0, out[-2000:]
+        commands.append([tool, *args])
+    run_commands(broker.home, commands)
 
 
 @pytest.mark.parametrize(("certificate", "rules", "principal"), CASES, ids=["subject", "mapped"])
