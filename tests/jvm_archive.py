@@ -146,9 +146,11 @@ def main() -> None:
         print(f"jvm_archive: {build()}")
         return
     target = kafka_archive(args.kafka)
-    # current: built since the virtualenv was (its stamp) and since the distribution's jars
+    # current: built since the virtualenv was (its stamp) and since each of
+    # the distribution's jars was written (a JVM refuses an archive made
+    # from a jar whose time has changed since)
     stamp = Path(sys.prefix) / ".installed"
-    newer = [stamp, args.kafka / "libs"]
+    newer = [stamp, *(args.kafka / "libs").glob("*.jar")]
     if target.exists() and all(
         target.stat().st_mtime >= p.stat().st_mtime for p in newer if p.exists()
     ):
