@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import shlex
-import subprocess
 import time
 import uuid
 from collections.abc import Iterator
@@ -53,24 +52,14 @@ def user_password(secured_broker: SecuredKafkaBroker, admin_config: Path) -> Sec
     """The SCRAM user ``seqkeeper``, with no ACL (each test grants its own,
     on resources named for the test)."""
     password = Secret(uuid.uuid4().hex)
-    kafka_tool(
-        secured_broker,
-        "kafka-configs.sh",
-        f"--bootstrap-server {secured_broker.bootstrap} --command-config {admin_config} "
+    command = (
+        f"kafka-configs.sh --bootstrap-server {secured_broker.bootstrap} "
+        f"--command-config {admin_config} "
         f"--alter --add-config SCRAM-SHA-512=[password={password.reveal()}] "
-        f"--entity-type users --entity-name {USER}",
+        f"--entity-type users --entity-name {USER}"
     )
+    run_commands_of(secured_broker.home, [shlex.split(command)])
     return password
-
-
-def kafka_tool(broker: SecuredKafkaBroker, tool: str, args: str) -> None:
-    done = subprocess.run(
-        [str(broker.home / "bin" / tool), *shlex.split(args)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
 
 
 def grant(broker: SecuredKafkaBroker, admin_config: Path, grants: list[Grant]) -> None:
