@@ -39,6 +39,7 @@ from seqkeeper.security import BrokerRefused, ClientSecurity, installed, kafka_o
 from seqkeeper.settings import Secret, Settings
 from seqkeeper.spark_sink.crypto import KEY_ENV, Sealer
 from seqkeeper.topics import create_topics, end_offsets_of
+from tests.kafka_tools import run_commands
 from tests.secured_broker import SecuredKafkaBroker, make_tls_files
 from tests.security.test_secured_kafka import WRONG_PASSWORD, error_lines, run_cli, verify_args
 from tests.spark_sink.small_store import build
@@ -318,16 +319,8 @@ def test_a_missing_acl_is_one_line_and_nothing_is_written(
     with installed(secured_broker.client_security()):
         assert asyncio.run(topic_exists(secured_broker.bootstrap, t("r-new"))) is False
     if case == "verify":  # the printed command is the fix
-        [tool, *grant_args] = shlex.split(
-            grant.replace("admin.properties", str(operator.admin_config))
-        )
-        kafka = subprocess.run(
-            [str(secured_broker.home / "bin" / tool), *grant_args],
-            capture_output=True,
-            text=True,
-            timeout=180,
-        )
-        assert kafka.returncode == 0, kafka.stdout[-2000:] + kafka.stderr[-2000:]
+        command = grant.replace("admin.properties", str(operator.admin_config))
+        run_commands(secured_broker.home, [shlex.split(command)])
         done = run_cli([*args, "--json"], env, secured_logs / "cli-acl-verify-granted.log")
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
         assert orjson.loads(done.stdout)["ok"], done.stdout
