@@ -65,7 +65,13 @@ class Transactions:
 
         async def start() -> AIOKafkaProducer:
             producer = AIOKafkaProducer(
-                bootstrap_servers=bootstrap, acks="all", transactional_id=f"t-{uuid.uuid4().hex}"
+                bootstrap_servers=bootstrap,
+                acks="all",
+                transactional_id=f"t-{uuid.uuid4().hex}",
+                # the open transaction must outlive a Spark run and three CLI
+                # reads on a loaded CI machine; the default (60 s) did not, and
+                # the coordinator aborted it (ProducerFenced at the commit)
+                transaction_timeout_ms=600_000,
             )
             await producer.start()
             return producer
