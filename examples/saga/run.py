@@ -21,6 +21,8 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import orders
@@ -65,6 +67,25 @@ def wait_for(pattern: str, log: Path, proc: subprocess.Popen, timeout: float) ->
         if proc.poll() is not None or time.monotonic() > deadline:
             sys.exit(f"{' '.join(proc.args[1:])} did not get ready; its output:\n{text[-3000:]}")
         time.sleep(0.2)
+
+
+def wait_ready(url: str, proc: subprocess.Popen, log: Path, timeout: float) -> None:
+    """Until the worker whose web server is at ``url`` answers ``GET /ready``
+    with 200 (it joined its group and its state is restored): orders placed
+    before then wait in the topic, and a slow start would eat into the time
+    their outcomes are given."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with urllib.request.urlopen(f"{url.rstrip('/')}/ready", timeout=5) as answer:
+                if answer.status == 200:
+                    return
+        except (urllib.error.URLError, OSError):
+            pass  # (503 while it starts, or not listening yet)
+        if proc.poll() is not None or time.monotonic() > deadline:
+            text = log.read_text(errors="replace")
+            sys.exit(f"{' '.join(proc.args[1:])} did not get ready; its output:\n{text[-3000:]}")
+        time.sleep(0.5)
 
 
 def main() -> int:
@@ -113,8 +134,10 @@ def main() -> int:
             )
         )
         # printed once each worker has created its topics
-        wait_for("seqkeeper worker: broker", logs / "commands.log", command_worker, 360)
-        wait_for("seqkeeper worker: broker", logs / "saga.log", saga, 360)
+        started = [(command_worker, logs / "commands.log"), (saga, logs / "saga.log")]
+        for proc, log in started:
+            web = wait_for(r"seqkeeper worker: broker .* web (http://\S+)", log, proc, 360)
+            wait_ready(web.group(1), proc, log, 360)
         print("workers started: seqkeeper worker --topology commands --handlers handlers:registry")
         print("                 seqkeeper worker --processor saga:step")
         sent = asyncio.run(orders.place(bootstrap, events))
