@@ -3,8 +3,11 @@
 Private members: ``Consumer._thread``, ``._read_offset``,
 ``._committed_offset``, ``._active_partitions`` (Faust);
 ``AIOKafkaConsumer._fetcher``, ``._subscription`` and the fetcher's
-``_records``, ``_fetch_task``, ``_in_flight``, ``_pending_tasks``
-(aiokafka 0.14). Read only, and a failure is logged, never raised.
+``_records``, ``_fetch_task``, ``_in_flight``, ``_pending_tasks``;
+Faust's ``Producer._producer``, ``AIOKafkaProducer._message_accumulator``
+(its ``_batches``, each batch's ``_ctime``) and ``._sender`` (its
+``_sender_task``, ``_in_flight``, ``_muted_partitions``) (aiokafka 0.14).
+Read only, and a failure is logged, never raised.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -30,6 +34,10 @@ def install_diagnostics(app: Any, *probes: Callable[[], dict[str, Any]]) -> None
         state: dict[str, Any] = {}
         for probe in probes:
             state.update(probe())
+        try:
+            state["producer"] = _producer_state(app)
+        except Exception as exc:  # noqa: BLE001 - diagnostics never fail the worker
+            state["producer"] = repr(exc)
         consumer: Any = app.consumer
         try:
             kafka_consumer = consumer._thread._ensure_consumer()
@@ -68,6 +76,39 @@ def _fetcher_state(kafka_consumer: Any) -> dict[str, Any]:
         "fetch routine": "done" if task.done() else "running",
         "in flight": set(fetcher._in_flight),
         "pending": len(fetcher._pending_tasks),
+    }
+
+
+def _producer_state(app: Any) -> dict[str, Any]:
+    """Where the records of a send that waits for its acknowledgements are:
+    queued in aiokafka's accumulator (and whether their partition's leader
+    is known), sent and in flight, or neither (acknowledged by nobody)."""
+    now = time.monotonic()
+    waiting = {
+        f"{now - began:.1f} s": sorted({f"{t}/{p}" for t, p in tps})
+        for began, tps in app.batch_producer.waiting.values()
+    }
+    producer = getattr(app.producer, "_producer", None)
+    if producer is None:
+        return {"sends waiting": waiting, "aiokafka producer": None}
+    cluster = producer.client.cluster
+    queued = {
+        f"{tp.topic}/{tp.partition}": (
+            len(batches),
+            round(now - batches[0]._ctime, 1),
+            cluster.leader_for_partition(tp),
+        )
+        for tp, batches in producer._message_accumulator._batches.items()
+        if batches
+    }
+    sender = producer._sender
+    task = sender._sender_task
+    return {
+        "sends waiting": waiting,
+        "queued (batches, oldest s, leader)": queued,
+        "in flight to": set(sender._in_flight),
+        "muted": sorted(f"{tp.topic}/{tp.partition}" for tp in sender._muted_partitions),
+        "sender routine": "none" if task is None else "done" if task.done() else "running",
     }
 
 

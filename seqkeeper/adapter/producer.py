@@ -78,6 +78,10 @@ class BatchProducer:
         self._producer_of = producer
         self._known: dict[str, list[int]] = {}
         self._picks: dict[str, Partitioner] = {}
+        #: The sends waiting for their acknowledgements: per call, when it
+        #: began (monotonic) and its batches' topic-partitions. Read by the
+        #: worker's diagnostics (:mod:`seqkeeper.adapter.diagnostics`).
+        self.waiting: dict[int, tuple[float, list[tuple[str, int]]]] = {}
 
     async def partitions(self, topic: str) -> list[int]:
         known = self._known.get(topic)
@@ -159,7 +163,12 @@ class BatchProducer:
             batch._relative_offset = count
             fut = await producer.send_batch(batch, topic, partition=partition)
             waits.append(((topic, partition), fut, count))
-        results = await asyncio.gather(*(fut for _, fut, _ in waits))
+        call = id(waits)
+        self.waiting[call] = (time.monotonic(), [tp for tp, _, _ in waits])
+        try:
+            results = await asyncio.gather(*(fut for _, fut, _ in waits))
+        finally:
+            del self.waiting[call]
         last: dict[tuple[str, int], int] = {}
         for (tp, _, count), meta in zip(waits, results, strict=True):
             last[tp] = meta.offset + count - 1
