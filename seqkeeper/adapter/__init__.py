@@ -51,8 +51,8 @@ Each module, its job, and the tests that fail without it:
   exactly-once (``tests/integration/test_crash.py``, ``test_zombie.py``).
 - :mod:`.offsets`: exact end offsets and fresh topic metadata
   (``tests/integration/test_broker_deviations.py``, ``test_topics.py``).
-- :mod:`.diagnostics`: ``kill -USR1``, the consumer's state logged
-  (``tests/integration/test_worker.py`` reads it).
+- :mod:`.diagnostics`: ``kill -USR1``, the consumer's and the producer's
+  state logged (``tests/integration/test_worker.py`` reads it).
 - :mod:`.routing`: a key's partition and the group member that owns it,
   for state queries (``tests/runtime/test_queries.py``;
   ``tests/integration/test_state_queries.py``).
@@ -94,14 +94,21 @@ PRIVATE_MEMBERS: dict[str, frozenset[str]] = {
     "diagnostics": frozenset(
         {
             "_active_partitions",
+            "_batches",
             "_committed_offset",
+            "_ctime",
             "_ensure_consumer",
             "_fetch_task",
             "_fetcher",
             "_in_flight",
+            "_message_accumulator",
+            "_muted_partitions",
             "_pending_tasks",
+            "_producer",
             "_read_offset",
             "_records",
+            "_sender",
+            "_sender_task",
             "_subscription",
             "_thread",
         }
