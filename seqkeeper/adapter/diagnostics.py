@@ -84,13 +84,13 @@ def _producer_state(app: Any) -> dict[str, Any]:
     queued in aiokafka's accumulator (and whether their partition's leader
     is known), sent and in flight, or neither (acknowledged by nobody)."""
     now = time.monotonic()
-    waiting = {
-        f"{now - began:.1f} s": sorted({f"{t}/{p}" for t, p in tps})
+    waiting = [
+        (round(now - began, 1), sorted({f"{t}/{p}" for t, p in tps}))
         for began, tps in app.batch_producer.waiting.values()
-    }
+    ]
     producer = getattr(app.producer, "_producer", None)
     if producer is None:
-        return {"sends waiting": waiting, "aiokafka producer": None}
+        return {"sends waiting (s, partitions)": waiting, "aiokafka producer": None}
     cluster = producer.client.cluster
     queued = {
         f"{tp.topic}/{tp.partition}": (
@@ -104,7 +104,7 @@ def _producer_state(app: Any) -> dict[str, Any]:
     sender = producer._sender
     task = sender._sender_task
     return {
-        "sends waiting": waiting,
+        "sends waiting (s, partitions)": waiting,
         "queued (batches, oldest s, leader)": queued,
         "in flight to": set(sender._in_flight),
         "muted": sorted(f"{tp.topic}/{tp.partition}" for tp in sender._muted_partitions),

@@ -52,7 +52,8 @@ def fetcher_partitions(worker: WorkerProcess) -> dict[tuple[str, int], tuple[boo
     line = worker.log().split("'fetcher': ")[-1].split("\n")[0]
     # the producer's side too: where the records of a waiting send are
     state = worker.log().split("state: ")[-1].split("\n")[0]
-    assert "'sends waiting': {" in state and "'sender routine': 'running'" in state, state
+    assert "'sends waiting (s, partitions)': [" in state, state
+    assert "'sender routine': 'running'" in state, state
     return {
         (topic, int(p)): (paused == "paused", prefetched == "prefetched")
         for topic, p, paused, prefetched in FETCHER_PARTITION.findall(line)
